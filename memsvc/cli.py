@@ -1,0 +1,59 @@
+"""`memsvc serve`: flags override MEMSVC_* environment variables."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+
+from memsvc.config import Settings
+from memsvc.logs import configure_logging
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memsvc", description="conversation-memory sidecar")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the gRPC server")
+    serve.add_argument("--listen", help="HOST:PORT (env MEMSVC_LISTEN, default 127.0.0.1:50051)")
+    serve.add_argument("--data-dir", help="data directory (env MEMSVC_DATA_DIR, default ./data)")
+    serve.add_argument("--milvus-uri", help="Milvus server URI (env MEMSVC_MILVUS_URI)")
+    serve.add_argument("--collection", help="Milvus collection (env MEMSVC_COLLECTION)")
+    serve.add_argument("--embed-model", help="hub id or directory (env MEMSVC_EMBED_MODEL)")
+    serve.add_argument(
+        "--embed-fallback",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fall back to the bundled MiniLM model (env MEMSVC_EMBED_FALLBACK, default on)",
+    )
+    serve.add_argument("--chunk-version", type=int, help="default chunk_version")
+    serve.add_argument("--chunk-max-turns", type=int, help="turns per chunk window at most")
+    serve.add_argument("--chunk-overlap-turns", type=int, help="turns shared by neighbours")
+    serve.add_argument("--log-format", choices=["auto", "json", "console"])
+    serve.add_argument("--log-level")
+    return parser
+
+
+def settings_from_args(argv: list[str] | None = None) -> Settings:
+    args = _parser().parse_args(argv)
+    overrides: dict[str, Any] = {
+        k: v for k, v in vars(args).items() if k != "command" and v is not None
+    }
+    return Settings(**overrides)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        settings = settings_from_args(argv)
+    except ValidationError as exc:
+        print(f"memsvc: invalid settings:\n{exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    configure_logging(settings.log_format, settings.log_level)
+    from memsvc.server import serve
+
+    serve(settings)
+
+
+if __name__ == "__main__":
+    main()

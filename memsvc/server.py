@@ -1,0 +1,379 @@
+"""gRPC transport: protobuf <-> core types, domain errors <-> status codes, one log line per RPC."""
+
+from __future__ import annotations
+
+import functools
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from memsvc.app import Services, build_services
+from memsvc.config import Settings
+from memsvc.embedder import EmbedderError
+from memsvc.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from memsvc.types import (
+    ChunkMetadata,
+    ChunkRecord,
+    MemoryEvent,
+    SearchFilters,
+    SearchMode,
+    SearchRequest,
+    TimestampRange,
+    TurnRange,
+)
+from memsvc.v1 import memory_pb2 as pb
+from memsvc.v1 import memory_pb2_grpc as pb_grpc
+
+log = structlog.get_logger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["MemoryService"].full_name
+
+_MODES = {
+    pb.SEARCH_MODE_DENSE: SearchMode.DENSE,
+    pb.SEARCH_MODE_KEYWORD: SearchMode.KEYWORD,
+    pb.SEARCH_MODE_HYBRID: SearchMode.HYBRID,
+}
+_MODES_PB = {v: k for k, v in _MODES.items()}
+
+
+# -- protobuf <-> core ----------------------------------------------------------------------
+def event_from_pb(e: pb.MemoryEvent) -> MemoryEvent:
+    return MemoryEvent(
+        conversation_id=e.conversation_id,
+        turn_id=e.turn_id,
+        speaker=e.speaker,
+        text=e.text,
+        timestamp=e.timestamp,
+        participants=tuple(e.participants),
+        speaker_name=e.speaker_name,
+    )
+
+
+def metadata_to_pb(m: ChunkMetadata) -> pb.ChunkMetadata:
+    return pb.ChunkMetadata(
+        conversation_id=m.conversation_id,
+        turn_range=pb.TurnRange(start=m.turn_range.start, end=m.turn_range.end),
+        timestamp_range=pb.TimestampRange(start=m.timestamp_range.start, end=m.timestamp_range.end),
+        participants=list(m.participants),
+        speakers=list(m.speakers),
+        intent_tag=m.intent_tag,
+        chunk_version=m.chunk_version,
+        deleted=m.deleted,
+        part_index=m.part_index,
+        part_count=m.part_count,
+    )
+
+
+def record_to_pb(r: ChunkRecord) -> pb.ChunkRecord:
+    return pb.ChunkRecord(chunk_id=r.chunk_id, text=r.text, metadata=metadata_to_pb(r.metadata))
+
+
+def record_from_pb(r: pb.ChunkRecord) -> ChunkRecord:
+    m = r.metadata
+    return ChunkRecord(
+        chunk_id=r.chunk_id,
+        text=r.text,
+        metadata=ChunkMetadata(
+            conversation_id=m.conversation_id,
+            turn_range=TurnRange(m.turn_range.start, m.turn_range.end),
+            timestamp_range=TimestampRange(m.timestamp_range.start, m.timestamp_range.end),
+            participants=tuple(m.participants),
+            speakers=tuple(m.speakers),
+            intent_tag=m.intent_tag,
+            chunk_version=m.chunk_version,
+            deleted=m.deleted,
+            part_index=m.part_index,
+            part_count=m.part_count or 1,
+        ),
+    )
+
+
+def filters_from_pb(f: pb.SearchFilters) -> SearchFilters:
+    tr = f.timestamp_range
+    return SearchFilters(
+        conversation_ids=tuple(f.conversation_ids),
+        participants=tuple(f.participants),
+        speakers=tuple(f.speakers),
+        timestamp_range=TimestampRange(tr.start, tr.end) if f.HasField("timestamp_range") else None,
+        intent_tag=f.intent_tag,
+        include_deleted=f.include_deleted,
+        chunk_version=f.chunk_version,
+    )
+
+
+def _errors_pb(errors: Any) -> list[pb.RecordError]:
+    return [pb.RecordError(chunk_id=e.chunk_id, message=e.message) for e in errors]
+
+
+# -- status mapping and the per-RPC log line ------------------------------------------------
+F = TypeVar("F", bound=Callable[..., Any])
+
+_STATUS: list[tuple[type[BaseException], grpc.StatusCode]] = [
+    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (EmbedderError, grpc.StatusCode.UNAVAILABLE),
+]
+
+
+def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
+    """Maps domain errors to status codes and logs method, code, duration and counts
+    (never conversation text)."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: MemoryServicer, request: Any, context: grpc.ServicerContext) -> Any:
+            start = time.perf_counter()
+            code = grpc.StatusCode.OK
+            counts: dict[str, Any] = {}
+            try:
+                response = fn(self, request, context)
+                counts = summary(response)
+                return response
+            except Exception as exc:
+                code, message = grpc.StatusCode.INTERNAL, "internal error; see the server log"
+                for kind, status in _STATUS:
+                    if isinstance(exc, kind):
+                        code, message = status, str(exc)
+                        break
+                if code is grpc.StatusCode.INTERNAL:
+                    log.exception("rpc_internal_error", method=fn.__name__)
+                context.abort(code, message)
+            finally:
+                log.info(
+                    "rpc",
+                    method=fn.__name__,
+                    code=code.name,
+                    duration_ms=round((time.perf_counter() - start) * 1000, 2),
+                    **counts,
+                )
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+class MemoryServicer(pb_grpc.MemoryServiceServicer):
+    """Thin: converts, calls the core, converts back."""
+
+    def __init__(self) -> None:
+        self._services: Services | None = None
+
+    def attach(self, services: Services) -> None:
+        self._services = services
+
+    @property
+    def core(self) -> Services:
+        if self._services is None:
+            raise Unavailable("starting up: model and store are loading")
+        return self._services
+
+    @rpc(lambda r: {"chunks": len(r.chunks), "superseded": len(r.superseded_chunk_ids)})
+    def BuildIncrementalChunks(
+        self, request: pb.BuildIncrementalChunksRequest, context: grpc.ServicerContext
+    ) -> pb.BuildIncrementalChunksResponse:
+        result = self.core.ingest.build(
+            [event_from_pb(e) for e in request.events],
+            chunk_version=request.chunk_version,
+            allow_gaps=request.allow_gaps,
+            conversation_id=request.conversation_id,
+        )
+        response = pb.BuildIncrementalChunksResponse(
+            conversation_id=result.conversation_id,
+            chunks=[record_to_pb(c) for c in result.chunks],
+            superseded_chunk_ids=result.superseded_chunk_ids,
+        )
+        if result.turn_range is not None:
+            response.turn_range.start = result.turn_range.start
+            response.turn_range.end = result.turn_range.end
+        return response
+
+    @rpc(
+        lambda r: {
+            "upserted": r.upserted,
+            "updated": r.updated,
+            "unchanged": r.unchanged,
+            "retired": r.retired,
+            "errors": len(r.errors),
+        }
+    )
+    def UpsertVectorRecords(
+        self, request: pb.UpsertVectorRecordsRequest, context: grpc.ServicerContext
+    ) -> pb.UpsertVectorRecordsResponse:
+        result = self.core.ingest.upsert([record_from_pb(r) for r in request.records])
+        return pb.UpsertVectorRecordsResponse(
+            upserted=result.upserted,
+            updated=result.updated,
+            unchanged=result.unchanged,
+            retired=result.retired,
+            errors=_errors_pb(result.errors),
+        )
+
+    @rpc(lambda r: {"deleted": r.deleted, "events_deleted": r.events_deleted})
+    def LogicalDeleteBySource(
+        self, request: pb.LogicalDeleteBySourceRequest, context: grpc.ServicerContext
+    ) -> pb.LogicalDeleteBySourceResponse:
+        span = (
+            TurnRange(request.turn_range.start, request.turn_range.end)
+            if request.HasField("turn_range")
+            else None
+        )
+        result = self.core.ingest.delete(request.conversation_id, span, list(request.chunk_ids))
+        return pb.LogicalDeleteBySourceResponse(
+            deleted=result.deleted,
+            events_deleted=result.events_deleted,
+            errors=_errors_pb(result.errors),
+        )
+
+    @rpc(lambda r: {"dim": r.dim})
+    def EmbedChunk(
+        self, request: pb.EmbedChunkRequest, context: grpc.ServicerContext
+    ) -> pb.EmbedChunkResponse:
+        core = self.core
+        vector = core.search.embed_query(request.query)
+        return pb.EmbedChunkResponse(
+            vector=vector.tolist(), model=core.embedder.name, dim=core.embedder.dim
+        )
+
+    @rpc(lambda r: {"vectors": len(r.vectors)})
+    def EmbedBatch(
+        self, request: pb.EmbedBatchRequest, context: grpc.ServicerContext
+    ) -> pb.EmbedBatchResponse:
+        core = self.core
+        matrix = core.search.embed_batch(list(request.texts), request.is_query)
+        return pb.EmbedBatchResponse(
+            vectors=[pb.Vector(values=row.tolist()) for row in matrix],
+            model=core.embedder.name,
+            dim=core.embedder.dim,
+        )
+
+    @rpc(lambda r: {"hits": len(r.hits), "top_k": r.top_k})
+    def EmbedDb(self, request: pb.EmbedDbRequest, context: grpc.ServicerContext) -> pb.EmbedDbResponse:
+        if request.mode not in (pb.SEARCH_MODE_UNSPECIFIED, *_MODES):
+            raise InvalidArgument("mode", f"unknown search mode {request.mode}")
+        mode, top_k, hits = self.core.search.search(
+            SearchRequest(
+                query_text=request.query_text,
+                top_k=request.top_k,
+                filters=filters_from_pb(request.filters),
+                mode=_MODES.get(request.mode),
+                mmr_lambda=request.mmr_lambda,
+            )
+        )
+        return pb.EmbedDbResponse(
+            query_text=request.query_text,
+            top_k=top_k,
+            mode=_MODES_PB[mode],
+            hits=[
+                pb.Hit(
+                    chunk_id=h.chunk_id,
+                    score=h.score,
+                    text=h.text,
+                    metadata=metadata_to_pb(h.metadata),
+                )
+                for h in hits
+            ],
+        )
+
+    @rpc(lambda r: {"chunks": len(r.chunks)})
+    def ListChunks(
+        self, request: pb.ListChunksRequest, context: grpc.ServicerContext
+    ) -> pb.ListChunksResponse:
+        page = self.core.ingest.list_chunks(
+            request.conversation_id,
+            request.include_deleted,
+            request.page_size,
+            request.page_token,
+            request.chunk_version,
+        )
+        return pb.ListChunksResponse(
+            chunks=[record_to_pb(c) for c in page.chunks], next_page_token=page.next_page_token
+        )
+
+    @rpc(lambda r: {"retired": r.retired})
+    def RetireChunkVersion(
+        self, request: pb.RetireChunkVersionRequest, context: grpc.ServicerContext
+    ) -> pb.RetireChunkVersionResponse:
+        retired = self.core.ingest.retire_version(request.conversation_id, request.chunk_version)
+        return pb.RetireChunkVersionResponse(retired=retired)
+
+    @rpc(lambda r: {"chunks_purged": r.chunks_purged, "events_purged": r.events_purged})
+    def PurgeDeleted(
+        self, request: pb.PurgeDeletedRequest, context: grpc.ServicerContext
+    ) -> pb.PurgeDeletedResponse:
+        chunks, events = self.core.ingest.purge_deleted(request.conversation_id)
+        return pb.PurgeDeletedResponse(chunks_purged=chunks, events_purged=events)
+
+
+@dataclass
+class RunningServer:
+    server: grpc.Server
+    port: int
+    servicer: MemoryServicer
+    health: health.HealthServicer
+
+    def mark_ready(self, services: Services) -> None:
+        self.servicer.attach(services)
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    def stop(self, grace: float = 5.0) -> None:
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.server.stop(grace).wait()
+
+
+def start_server(listen: str, workers: int = 16) -> RunningServer:
+    """Listen now (health NOT_SERVING, RPCs UNAVAILABLE) so probes work during model load."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
+        options=[
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ],
+    )
+    servicer = MemoryServicer()
+    pb_grpc.add_MemoryServiceServicer_to_server(servicer, server)
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise RuntimeError(f"cannot listen on {listen}")
+    server.start()
+    return RunningServer(server, port, servicer, health_servicer)
+
+
+def serve(settings: Settings) -> None:
+    """`memsvc serve`: listen, load model and store, serve until SIGINT/SIGTERM."""
+    running = start_server(settings.listen, settings.grpc_workers)
+    host = settings.listen.rpartition(":")[0]
+    log.info("listening", address=f"{host}:{running.port}", health="NOT_SERVING until ready")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        services = build_services(settings)
+    except Exception:
+        running.stop(0)
+        raise
+    running.mark_ready(services)
+    log.info("serving", address=f"{host}:{running.port}", model=services.embedder.name)
+    stop.wait()
+    log.info("shutting_down")
+    running.stop()
+    services.close()

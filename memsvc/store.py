@@ -1,0 +1,316 @@
+"""Chunk storage in Milvus (Milvus Lite file by default, or a Milvus server by URI).
+
+One collection holds every conversation's chunks with their dense vector and a BM25 sparse
+vector computed by Milvus from the text (jieba tokenizer, lower-cased). The collection's
+description records the embedding model and dimension: opening it with another model is
+an error, never a mix of vectors.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import structlog
+
+from memsvc.errors import FailedPrecondition
+from memsvc.filters import ids_expr, quote
+from memsvc.text import epoch_ms
+from memsvc.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
+
+log = structlog.get_logger(__name__)
+
+SCHEMA_VERSION = 1
+MAX_TEXT_CHARS = 16_000  # VARCHAR limit is 65,535 bytes; CJK takes 3 bytes a character
+MAX_ID_CHARS = 64
+MAX_CONVERSATION_ID_CHARS = 512
+MAX_PARTICIPANTS = 64
+MAX_NAME_CHARS = 256
+_QUERY_PAGE = 16_000  # Milvus caps offset + limit of one query at 16,384
+
+_SCALAR_FIELDS = [
+    "chunk_id",
+    "conversation_id",
+    "text",
+    "content_hash",
+    "start_turn",
+    "end_turn",
+    "ts_start",
+    "ts_end",
+    "participants",
+    "speakers",
+    "intent_tag",
+    "chunk_version",
+    "deleted",
+    "part_index",
+    "part_count",
+]
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    record: ChunkRecord
+    content_hash: str
+    vector: np.ndarray | None = None
+
+
+def content_hash(record: ChunkRecord) -> str:
+    """Hash of the text and metadata, the deleted flag excluded (compared on its own)."""
+    import hashlib
+
+    m = record.metadata
+    payload = [
+        record.text,
+        m.conversation_id,
+        m.turn_range.start,
+        m.turn_range.end,
+        m.timestamp_range.start,
+        m.timestamp_range.end,
+        list(m.participants),
+        list(m.speakers),
+        m.intent_tag,
+        m.chunk_version,
+        m.part_index,
+        m.part_count,
+    ]
+    blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _to_row(chunk: StoredChunk) -> dict[str, Any]:
+    r, m = chunk.record, chunk.record.metadata
+    assert chunk.vector is not None
+    return {
+        "chunk_id": r.chunk_id,
+        "conversation_id": m.conversation_id,
+        "text": r.text,
+        "content_hash": chunk.content_hash,
+        "start_turn": m.turn_range.start,
+        "end_turn": m.turn_range.end,
+        "ts_start": m.timestamp_range.start,
+        "ts_end": m.timestamp_range.end,
+        "ts_start_ms": epoch_ms(m.timestamp_range.start, "metadata.timestamp_range.start")
+        if m.timestamp_range.start
+        else 0,
+        "ts_end_ms": epoch_ms(m.timestamp_range.end, "metadata.timestamp_range.end")
+        if m.timestamp_range.end
+        else 0,
+        "participants": list(m.participants),
+        "speakers": list(m.speakers),
+        "intent_tag": m.intent_tag,
+        "chunk_version": m.chunk_version,
+        "deleted": m.deleted,
+        "part_index": m.part_index,
+        "part_count": m.part_count,
+        "vector": np.asarray(chunk.vector, dtype=np.float32).tolist(),
+    }
+
+
+def _from_row(row: dict[str, Any]) -> StoredChunk:
+    vector = row.get("vector")
+    metadata = ChunkMetadata(
+        conversation_id=row["conversation_id"],
+        turn_range=TurnRange(int(row["start_turn"]), int(row["end_turn"])),
+        timestamp_range=TimestampRange(row["ts_start"], row["ts_end"]),
+        participants=tuple(row["participants"] or ()),
+        speakers=tuple(row["speakers"] or ()),
+        intent_tag=row["intent_tag"],
+        chunk_version=int(row["chunk_version"]),
+        deleted=bool(row["deleted"]),
+        part_index=int(row["part_index"]),
+        part_count=int(row["part_count"]),
+    )
+    return StoredChunk(
+        ChunkRecord(row["chunk_id"], row["text"], metadata),
+        row["content_hash"],
+        None if vector is None else np.asarray(vector, dtype=np.float32),
+    )
+
+
+class ChunkStore:
+    """Milvus collection access; knows nothing of gRPC or chunking."""
+
+    def __init__(self, uri: str, collection: str, model: str, dim: int, token: str = "") -> None:
+        from pymilvus import MilvusClient
+
+        self.uri = uri
+        self.collection = collection
+        self.model = model
+        self.dim = dim
+        self._client = MilvusClient(uri=uri, token=token) if token else MilvusClient(uri=uri)
+        # Read-modify-write of rows (logical delete) must not interleave with upserts.
+        self.write_lock = threading.RLock()
+        self._ensure_collection()
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _ensure_collection(self) -> None:
+        marker = {"memsvc_schema": SCHEMA_VERSION, "model": self.model, "dim": self.dim}
+        if self._client.has_collection(self.collection):
+            desc = self._client.describe_collection(self.collection).get("description", "")
+            try:
+                found = json.loads(desc)
+            except ValueError:
+                found = {}
+            if found.get("model") != self.model or found.get("dim") != self.dim:
+                raise FailedPrecondition(
+                    f"collection {self.collection!r} at {self.uri} holds vectors of model"
+                    f" {found.get('model')!r} (dim {found.get('dim')}), but the active model is"
+                    f" {self.model!r} (dim {self.dim}). Start with the model the data was written"
+                    " with, or use another collection (MEMSVC_COLLECTION) or data dir and"
+                    " rebuild from the event log."
+                )
+            self._client.load_collection(self.collection)
+            return
+        self._create(json.dumps(marker))
+
+    def _create(self, description: str) -> None:
+        from pymilvus import DataType, Function, FunctionType
+
+        c = self._client
+        schema = c.create_schema(auto_id=False, enable_dynamic_field=False, description=description)
+        schema.add_field("chunk_id", DataType.VARCHAR, is_primary=True, max_length=MAX_ID_CHARS)
+        schema.add_field(
+            "conversation_id", DataType.VARCHAR, max_length=MAX_CONVERSATION_ID_CHARS * 4
+        )
+        schema.add_field(
+            "text",
+            DataType.VARCHAR,
+            max_length=65_535,
+            enable_analyzer=True,
+            analyzer_params={"tokenizer": "jieba", "filter": ["lowercase"]},
+        )
+        schema.add_field("content_hash", DataType.VARCHAR, max_length=64)
+        schema.add_field("start_turn", DataType.INT64)
+        schema.add_field("end_turn", DataType.INT64)
+        schema.add_field("ts_start", DataType.VARCHAR, max_length=64)
+        schema.add_field("ts_end", DataType.VARCHAR, max_length=64)
+        schema.add_field("ts_start_ms", DataType.INT64)
+        schema.add_field("ts_end_ms", DataType.INT64)
+        schema.add_field(
+            "participants",
+            DataType.ARRAY,
+            element_type=DataType.VARCHAR,
+            max_capacity=MAX_PARTICIPANTS,
+            max_length=MAX_NAME_CHARS * 4,
+        )
+        schema.add_field(
+            "speakers", DataType.ARRAY, element_type=DataType.VARCHAR, max_capacity=3, max_length=16
+        )
+        schema.add_field("intent_tag", DataType.VARCHAR, max_length=64)
+        schema.add_field("chunk_version", DataType.INT64)
+        schema.add_field("deleted", DataType.BOOL)
+        schema.add_field("part_index", DataType.INT64)
+        schema.add_field("part_count", DataType.INT64)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.dim)
+        schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+        schema.add_function(
+            Function(
+                name="text_bm25",
+                function_type=FunctionType.BM25,
+                input_field_names=["text"],
+                output_field_names=["sparse"],
+            )
+        )
+        index = c.prepare_index_params()
+        index.add_index("vector", index_type="FLAT", metric_type="IP")
+        index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+        c.create_collection(
+            self.collection, schema=schema, index_params=index, consistency_level="Strong"
+        )
+        log.info("collection_created", collection=self.collection, model=self.model, dim=self.dim)
+
+    # -- reads ----------------------------------------------------------------------------
+    def get(self, chunk_ids: Sequence[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
+        if not chunk_ids:
+            return {}
+        fields = _SCALAR_FIELDS + (["vector"] if with_vectors else [])
+        out: dict[str, StoredChunk] = {}
+        for start in range(0, len(chunk_ids), 1000):
+            rows = self._client.get(
+                self.collection, ids=list(chunk_ids[start : start + 1000]), output_fields=fields
+            )
+            for row in rows:
+                chunk = _from_row(row)
+                out[chunk.record.chunk_id] = chunk
+        return out
+
+    def query(self, expr: str, with_vectors: bool = False) -> list[StoredChunk]:
+        """Every row matching `expr` (paged past Milvus's per-query cap)."""
+        fields = _SCALAR_FIELDS + (["vector"] if with_vectors else [])
+        out: list[StoredChunk] = []
+        seen: set[str] = set()
+        # Page by primary key: stable, and not limited by offset + limit <= 16,384.
+        last = ""
+        while True:
+            page_expr = f"chunk_id > {quote(last)}" if last else ""
+            full = " and ".join(p for p in (expr, page_expr) if p)
+            rows = self._client.query(
+                self.collection, filter=full or "chunk_id != \"\"", output_fields=fields,
+                limit=_QUERY_PAGE,
+            )
+            for row in rows:
+                chunk = _from_row(row)
+                if chunk.record.chunk_id not in seen:
+                    seen.add(chunk.record.chunk_id)
+                    out.append(chunk)
+            if len(rows) < _QUERY_PAGE:
+                return out
+            last = max(str(r["chunk_id"]) for r in rows)
+
+    def count(self, expr: str = "") -> int:
+        rows = self._client.query(self.collection, filter=expr, output_fields=["count(*)"])
+        return int(rows[0]["count(*)"])
+
+    def search_dense(
+        self, vector: np.ndarray, expr: str, limit: int, with_vectors: bool = False
+    ) -> list[tuple[StoredChunk, float]]:
+        fields = _SCALAR_FIELDS + (["vector"] if with_vectors else [])
+        result = self._client.search(
+            self.collection,
+            data=[np.asarray(vector, dtype=np.float32).tolist()],
+            anns_field="vector",
+            limit=limit,
+            filter=expr,
+            output_fields=fields,
+            search_params={"metric_type": "IP"},
+        )
+        return [(_from_row(h["entity"]), float(h["distance"])) for h in result[0]]
+
+    def search_keyword(self, text: str, expr: str, limit: int) -> list[tuple[StoredChunk, float]]:
+        result = self._client.search(
+            self.collection,
+            data=[text],
+            anns_field="sparse",
+            limit=limit,
+            filter=expr,
+            output_fields=_SCALAR_FIELDS,
+            search_params={"metric_type": "BM25"},
+        )
+        return [(_from_row(h["entity"]), float(h["distance"])) for h in result[0]]
+
+    # -- writes ---------------------------------------------------------------------------
+    def upsert(self, chunks: Sequence[StoredChunk]) -> None:
+        """Insert or replace whole rows by chunk_id; one call per batch."""
+        if chunks:
+            self._client.upsert(self.collection, [_to_row(c) for c in chunks])
+
+    def delete(self, chunk_ids: Sequence[str]) -> None:
+        for start in range(0, len(chunk_ids), 1000):
+            self._client.delete(
+                self.collection, filter=ids_expr(list(chunk_ids[start : start + 1000]))
+            )
+
+    def set_deleted(self, chunks: Sequence[StoredChunk]) -> None:
+        """Rewrite rows (fetched with vectors) with deleted = true."""
+        self.upsert(
+            [
+                replace(c, record=replace(c.record, metadata=replace(c.record.metadata, deleted=True)))
+                for c in chunks
+            ]
+        )

@@ -1,0 +1,127 @@
+"""Input validation: each check raises InvalidArgument naming the field."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memsvc.errors import InvalidArgument
+from memsvc.ids import chunk_id as compute_chunk_id
+from memsvc.store import (
+    MAX_CONVERSATION_ID_CHARS,
+    MAX_ID_CHARS,
+    MAX_NAME_CHARS,
+    MAX_PARTICIPANTS,
+    MAX_TEXT_CHARS,
+)
+from memsvc.text import has_control_chars, parse_rfc3339
+from memsvc.types import SPEAKERS, ChunkRecord, MemoryEvent, TurnRange
+
+MAX_EVENTS_PER_CALL = 10_000
+
+
+def conversation_id(value: str, field: str) -> str:
+    if not value:
+        raise InvalidArgument(field, "must not be empty")
+    if len(value) > MAX_CONVERSATION_ID_CHARS:
+        raise InvalidArgument(field, f"longer than {MAX_CONVERSATION_ID_CHARS} characters")
+    if has_control_chars(value):
+        raise InvalidArgument(field, "must not contain control characters")
+    return value
+
+
+def turn_range(value: TurnRange, field: str) -> TurnRange:
+    if value.start < 0:
+        raise InvalidArgument(f"{field}.start", "must be >= 0")
+    if value.start > value.end:
+        raise InvalidArgument(field, f"start {value.start} > end {value.end}")
+    return value
+
+
+def names(values: Sequence[str], field: str) -> tuple[str, ...]:
+    if len(values) > MAX_PARTICIPANTS:
+        raise InvalidArgument(field, f"more than {MAX_PARTICIPANTS} names")
+    for i, name in enumerate(values):
+        if not name or len(name) > MAX_NAME_CHARS or has_control_chars(name):
+            raise InvalidArgument(
+                f"{field}[{i}]", f"must be 1-{MAX_NAME_CHARS} characters, no control characters"
+            )
+    return tuple(values)
+
+
+def speaker(value: str, field: str) -> str:
+    if value not in SPEAKERS:
+        raise InvalidArgument(field, f"must be one of {', '.join(SPEAKERS)}, got {value!r}")
+    return value
+
+
+def events(items: Sequence[MemoryEvent]) -> str:
+    """Checks a BuildIncrementalChunks / AppendEvents batch; returns its conversation_id."""
+    if not items:
+        raise InvalidArgument("events", "must not be empty")
+    if len(items) > MAX_EVENTS_PER_CALL:
+        raise InvalidArgument("events", f"at most {MAX_EVENTS_PER_CALL} events per call")
+    conv = conversation_id(items[0].conversation_id, "events[0].conversation_id")
+    seen: set[int] = set()
+    for i, e in enumerate(items):
+        event(e, f"events[{i}]")
+        if e.conversation_id != conv:
+            raise InvalidArgument(
+                f"events[{i}].conversation_id",
+                f"all events of one call must belong to one conversation ({conv!r})",
+            )
+        if e.turn_id in seen:
+            raise InvalidArgument(f"events[{i}].turn_id", f"duplicate turn_id {e.turn_id}")
+        seen.add(e.turn_id)
+    return conv
+
+
+def event(e: MemoryEvent, field: str) -> None:
+    conversation_id(e.conversation_id, f"{field}.conversation_id")
+    if e.turn_id < 0:
+        raise InvalidArgument(f"{field}.turn_id", "must be >= 0")
+    speaker(e.speaker, f"{field}.speaker")
+    if not e.timestamp:
+        raise InvalidArgument(f"{field}.timestamp", "required (RFC 3339 with offset)")
+    parse_rfc3339(e.timestamp, f"{field}.timestamp")
+    if len(e.text) > MAX_TEXT_CHARS * 64:
+        raise InvalidArgument(f"{field}.text", "longer than 1,024,000 characters")
+    names(e.participants, f"{field}.participants")
+    if e.speaker_name:
+        names([e.speaker_name], f"{field}.speaker_name")
+
+
+def record(r: ChunkRecord, field: str) -> None:
+    """Structural checks of an upserted record (token length is checked by the caller)."""
+    m = r.metadata
+    if not r.chunk_id:
+        raise InvalidArgument(f"{field}.chunk_id", "must not be empty")
+    if len(r.chunk_id) > MAX_ID_CHARS:
+        raise InvalidArgument(f"{field}.chunk_id", f"longer than {MAX_ID_CHARS} characters")
+    conversation_id(m.conversation_id, f"{field}.metadata.conversation_id")
+    turn_range(m.turn_range, f"{field}.metadata.turn_range")
+    if m.chunk_version < 1:
+        raise InvalidArgument(f"{field}.metadata.chunk_version", "must be >= 1")
+    if m.part_count < 1 or not 0 <= m.part_index < m.part_count:
+        raise InvalidArgument(
+            f"{field}.metadata.part_index", "need 0 <= part_index < part_count (part_count >= 1)"
+        )
+    expected = compute_chunk_id(
+        m.conversation_id, m.turn_range.start, m.turn_range.end, m.chunk_version, m.part_index
+    )
+    if r.chunk_id != expected:
+        raise InvalidArgument(
+            f"{field}.chunk_id",
+            f"does not match the chunk id formula for its metadata (expected {expected})",
+        )
+    if not r.text.strip():
+        raise InvalidArgument(f"{field}.text", "must not be empty")
+    if len(r.text) > MAX_TEXT_CHARS:
+        raise InvalidArgument(f"{field}.text", f"longer than {MAX_TEXT_CHARS} characters")
+    for name, value in (("start", m.timestamp_range.start), ("end", m.timestamp_range.end)):
+        if value:
+            parse_rfc3339(value, f"{field}.metadata.timestamp_range.{name}")
+    names(m.participants, f"{field}.metadata.participants")
+    for i, s in enumerate(m.speakers):
+        speaker(s, f"{field}.metadata.speakers[{i}]")
+    if len(m.intent_tag) > 64 or has_control_chars(m.intent_tag):
+        raise InvalidArgument(f"{field}.metadata.intent_tag", "at most 64 characters")
