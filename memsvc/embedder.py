@@ -59,6 +59,8 @@ def resolve_model_dir(model: str) -> Path:
     local = Path(model).expanduser()
     if local.is_dir():
         return local
+    if model == BUNDLED_MODEL_NAME:
+        return bundled_model_path()
     from huggingface_hub import constants, snapshot_download
 
     try:

@@ -1,0 +1,79 @@
+"""Reader of LoCoMo-format conversations (used by benchmarks and tests, not by the server).
+
+Each conversation becomes MemoryEvents: speaker_a is the "user", speaker_b the "assistant",
+turn ids run 0.. across sessions, and each session's turns are a minute apart from the
+session's date. A shared image's caption is appended to the turn as "[shares <caption>]".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from memsvc.types import MemoryEvent
+
+_SESSION = re.compile(r"^session_(\d+)$")
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    category: int
+    evidence: tuple[int, ...]  # turn ids
+
+
+@dataclass(frozen=True)
+class Conversation:
+    conversation_id: str
+    events: list[MemoryEvent]
+    questions: list[Question]
+
+
+def _session_time(text: str) -> datetime:
+    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=timezone.utc)
+
+
+def load_locomo(path: Path) -> list[Conversation]:
+    data: list[dict[str, Any]] = json.loads(Path(path).read_text())
+    return [_conversation(sample) for sample in data]
+
+
+def _conversation(sample: dict[str, Any]) -> Conversation:
+    conv = sample["conversation"]
+    cid = str(sample["sample_id"])
+    a, b = conv["speaker_a"], conv["speaker_b"]
+    sessions = sorted(
+        (int(m.group(1)), key) for key in conv if (m := _SESSION.match(key)) and conv[key]
+    )
+    events: list[MemoryEvent] = []
+    dia_to_turn: dict[str, int] = {}
+    for number, key in sessions:
+        start = _session_time(conv[f"session_{number}_date_time"])
+        for i, turn in enumerate(conv[key]):
+            text = turn["text"]
+            if turn.get("blip_caption"):
+                text = f"{text} [shares {turn['blip_caption']}]"
+            turn_id = len(events)
+            dia_to_turn[turn["dia_id"]] = turn_id
+            events.append(
+                MemoryEvent(
+                    conversation_id=cid,
+                    turn_id=turn_id,
+                    speaker="user" if turn["speaker"] == a else "assistant",
+                    text=text,
+                    timestamp=(start + timedelta(minutes=i)).isoformat(),
+                    participants=(a, b),
+                    speaker_name=turn["speaker"],
+                )
+            )
+    questions = []
+    for qa in sample.get("qa", []):
+        evidence = tuple(
+            dia_to_turn[d.strip()] for d in qa.get("evidence", []) if d.strip() in dia_to_turn
+        )
+        questions.append(Question(str(qa["question"]), int(qa["category"]), evidence))
+    return Conversation(cid, events, questions)

@@ -1,0 +1,81 @@
+"""Shared fixtures: the real bundled model (loaded once), real Milvus Lite in temp dirs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+from memsvc.app import Services, build_services  # noqa: E402
+from memsvc.config import Settings  # noqa: E402
+from memsvc.embedder import BUNDLED_MODEL_NAME, Embedder, load_embedder  # noqa: E402
+from memsvc.types import MemoryEvent  # noqa: E402
+
+EVAL_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "locomo-dev.json"
+
+
+def make_settings(data_dir: Path, **kw: object) -> Settings:
+    base: dict[str, object] = {
+        "listen": "127.0.0.1:0",
+        "data_dir": data_dir,
+        "embed_model": BUNDLED_MODEL_NAME,
+        "log_format": "json",
+    }
+    base.update(kw)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
+    return load_embedder(make_settings(tmp_path_factory.mktemp("model")))
+
+
+@pytest.fixture()
+def services(tmp_path: Path, embedder: Embedder) -> Iterator[Services]:
+    svc = build_services(make_settings(tmp_path), embedder=embedder)
+    yield svc
+    svc.close()
+
+
+def turn(
+    conv: str,
+    turn_id: int,
+    text: str,
+    speaker: str | None = None,
+    ts: str | None = None,
+    **kw: object,
+) -> MemoryEvent:
+    return MemoryEvent(
+        conversation_id=conv,
+        turn_id=turn_id,
+        speaker=speaker or ("user" if turn_id % 2 == 0 else "assistant"),
+        text=text,
+        timestamp=ts or f"2026-02-02T10:{turn_id % 60:02d}:00+08:00",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+ZH_TURNS = [
+    "我下周要去东京旅行，护照放哪里了？",
+    "你的护照在书桌左边的抽屉里。",
+    "谢谢！我还想订一家新宿附近的酒店。",
+    "好的，我帮你看看新宿附近的酒店。",
+    "我喜欢安静一点的房间。",
+    "明白了，我会优先选择安静的房间。",
+]
+EN_TURNS = [
+    "Hi! I just adopted a puppy named Biscuit.",
+    "Congratulations! What breed is Biscuit?",
+    "She's a golden retriever. I'm planning to take her hiking next week.",
+    "That sounds fun. Remember to bring water for her.",
+    "My favorite trail is near Lake Tahoe.",
+    "Lake Tahoe is beautiful in the spring.",
+]
+
+
+def conversation(conv: str, texts: list[str], start: int = 0) -> list[MemoryEvent]:
+    return [turn(conv, start + i, t) for i, t in enumerate(texts)]

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memsvc.errors import FailedPrecondition
+from memsvc.filters import build_filter_expr, quote
+from memsvc.ids import chunk_id
+from memsvc.store import ChunkStore, StoredChunk, content_hash
+from memsvc.types import ChunkMetadata, ChunkRecord, SearchFilters, TimestampRange, TurnRange
+
+DIM = 8
+
+
+def record(conv: str, start: int, text: str, deleted: bool = False) -> StoredChunk:
+    meta = ChunkMetadata(
+        conversation_id=conv,
+        turn_range=TurnRange(start, start + 1),
+        timestamp_range=TimestampRange("2026-02-02T10:00:00+08:00", "2026-02-02T10:01:00+08:00"),
+        participants=("Ana",),
+        speakers=("user", "assistant"),
+        intent_tag="other",
+        chunk_version=1,
+        deleted=deleted,
+    )
+    r = ChunkRecord(chunk_id(conv, start, start + 1, 1), text, meta)
+    vec = np.random.default_rng(start).random(DIM).astype(np.float32)
+    return StoredChunk(r, content_hash(r), vec / np.linalg.norm(vec))
+
+
+def test_quote_escapes_quotes_and_backslashes() -> None:
+    assert quote('a"b') == '"a\\"b"'
+    assert quote("a\\b") == '"a\\\\b"'
+
+
+@pytest.mark.parametrize(
+    "evil", ['" or 1==1 or "', 'x" or conversation_id != "', "\\", 'a\\" or 1==1 or \\"']
+)
+def test_injection_never_widens_a_filter(tmp_path: Path, evil: str) -> None:
+    store = ChunkStore(str(tmp_path / "m.db"), "c", "m", DIM)
+    store.upsert([record("victim", 0, "secret"), record(evil, 2, "mine")])
+    expr = build_filter_expr(SearchFilters(conversation_ids=(evil,)), {})
+    found = store.query(expr)
+    assert [c.record.metadata.conversation_id for c in found] == [evil]
+    hits = store.search_dense(np.ones(DIM, dtype=np.float32), expr, 10)
+    assert {h.record.metadata.conversation_id for h, _ in hits} == {evil}
+    store.close()
+
+
+def test_upsert_get_query_and_replace(tmp_path: Path) -> None:
+    store = ChunkStore(str(tmp_path / "m.db"), "c", "m", DIM)
+    rows = [record("c1", i * 2, f"text {i}") for i in range(5)]
+    store.upsert(rows)
+    store.upsert(rows)  # replay: no new rows
+    assert store.count() == 5
+    got = store.get([rows[0].record.chunk_id], with_vectors=True)[rows[0].record.chunk_id]
+    assert got.record == rows[0].record
+    assert got.vector is not None and np.allclose(got.vector, rows[0].vector)
+    store.set_deleted([got])
+    assert store.count('deleted == true') == 1
+    assert len(store.query('conversation_id == "c1" and deleted == false')) == 4
+    store.delete([r.record.chunk_id for r in rows[:2]])
+    assert store.count() == 3
+    store.close()
+
+
+def test_keyword_search_is_case_insensitive_and_filtered(tmp_path: Path) -> None:
+    store = ChunkStore(str(tmp_path / "m.db"), "c", "m", DIM)
+    store.upsert(
+        [
+            record("c1", 0, "Caroline went to the LGBTQ support group"),
+            record("c1", 2, "我的护照在抽屉里"),
+            record("c2", 4, "caroline likes painting"),
+            record("c1", 6, "caroline deleted memory", deleted=True),
+        ]
+    )
+    expr = build_filter_expr(SearchFilters(conversation_ids=("c1",)), {})
+    hits = store.search_keyword("CAROLINE", expr, 10)
+    assert [h.record.metadata.turn_range.start for h, _ in hits] == [0]
+    zh = store.search_keyword("护照", expr, 10)
+    assert [h.record.metadata.turn_range.start for h, _ in zh] == [2]
+    store.close()
+
+
+def test_model_mismatch_is_a_clear_error(tmp_path: Path) -> None:
+    ChunkStore(str(tmp_path / "m.db"), "c", "model-a", DIM).close()
+    with pytest.raises(FailedPrecondition, match="model-a"):
+        ChunkStore(str(tmp_path / "m.db"), "c", "model-b", DIM)
+    with pytest.raises(FailedPrecondition, match="dim"):
+        ChunkStore(str(tmp_path / "m.db"), "c", "model-a", DIM * 2)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_remote_milvus_uri(tmp_path: Path) -> None:
+    """The same code against a Milvus server (milvus-lite's own TCP server)."""
+    from milvus_lite.server import Server
+
+    port = _free_port()
+    server = Server(str(tmp_path / "remote.db"), f"127.0.0.1:{port}")
+    assert server.init()
+    assert server.start()
+    try:
+        store = ChunkStore(f"http://127.0.0.1:{port}", "c", "m", DIM)
+        store.upsert([record("c1", 0, "hello remote")])
+        assert store.count() == 1
+        assert store.search_keyword("remote", "", 5)[0][0].record.text == "hello remote"
+        store.close()
+    finally:
+        server.stop()

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import pytest
+
+from memsvc.errors import InvalidArgument
+from memsvc.ids import chunk_id
+from memsvc.text import clean_text, epoch_ms, is_chinese, parse_rfc3339
+
+
+def test_clean_text_nfkc_controls_and_whitespace() -> None:
+    assert clean_text("  Ｈｅｌｌｏ\u0000\u200b  world\n\t again  ") == "Hello world again"
+    assert clean_text("\x07\x1b") == ""
+    assert clean_text("你好，　世界") == "你好, 世界"
+
+
+def test_is_chinese() -> None:
+    assert is_chinese("我喜欢Python和Java")
+    assert not is_chinese("I like 寿司 very much, especially at dinner time")
+    assert not is_chinese("plain English")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["2026-02-02T10:15:30+08:00", "2026-02-02T10:15:30Z", "2026-02-02T10:15:30.123-05:00"],
+)
+def test_rfc3339_accepts_offsets(value: str) -> None:
+    assert parse_rfc3339(value, "ts").tzinfo is not None
+
+
+@pytest.mark.parametrize("value", ["2026-02-02T10:15:30", "2026-02-02", "yesterday", ""])
+def test_rfc3339_rejects_naive_or_malformed(value: str) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        parse_rfc3339(value, "events[0].timestamp")
+    assert err.value.field == "events[0].timestamp"
+
+
+def test_epoch_respects_offset() -> None:
+    assert epoch_ms("2026-02-02T10:00:00+08:00", "t") == epoch_ms("2026-02-02T02:00:00Z", "t")
+
+
+def test_chunk_id_formula() -> None:
+    import hashlib
+
+    expected = "chk_" + hashlib.sha256("conv-1\x1f0\x1f3\x1f1".encode()).hexdigest()[:32]
+    assert chunk_id("conv-1", 0, 3, 1) == expected
+    assert chunk_id("conv-1", 0, 3, 2) != expected
+    piece = "chk_" + hashlib.sha256("conv-1\x1f0\x1f0\x1f1\x1f2".encode()).hexdigest()[:32]
+    assert chunk_id("conv-1", 0, 0, 1, part_index=2) == piece
