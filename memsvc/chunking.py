@@ -230,7 +230,9 @@ class ChunkRenderer:
         for turn, text in zip(turns, texts, strict=True):
             label = labels.get(turn.speaker, turn.speaker)
             if turn.speaker_name:
-                label = f"{label}({turn.speaker_name})" if chinese else f"{label} ({turn.speaker_name})"
+                label = (
+                    f"{label}({turn.speaker_name})" if chinese else f"{label} ({turn.speaker_name})"
+                )
             lines.append(f"{label}: {text}")
         participants = _participants(turns, labels)
         topic = self._keywords.keywords(" ".join(texts), limit=4)
@@ -243,8 +245,12 @@ class ChunkRenderer:
             if not topic or self._count_tokens([text])[0] + 2 <= self.policy.max_tokens:
                 break
             topic = topic[:-1]
-        speakers = tuple(s for s in ("user", "assistant", "system") if any(t.speaker == s for t in turns))
-        intent = classify_intent([x for t, x in zip(turns, texts, strict=True) if t.speaker == "user"], texts)
+        speakers = tuple(
+            s for s in ("user", "assistant", "system") if any(t.speaker == s for t in turns)
+        )
+        intent = classify_intent(
+            [x for t, x in zip(turns, texts, strict=True) if t.speaker == "user"], texts
+        )
         metadata = ChunkMetadata(
             conversation_id=conversation_id,
             turn_range=TurnRange(window.start_turn, window.end_turn),

@@ -17,12 +17,18 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MEMSVC_", extra="forbid")
 
     listen: str = Field("127.0.0.1:50051", description="gRPC listen address HOST:PORT")
-    data_dir: Path = Field(Path("./data"), description="event log, embedding cache, Milvus Lite file")
-    milvus_uri: str = Field("", description="Milvus server URI; empty = Milvus Lite file in data_dir")
+    data_dir: Path = Field(
+        Path("./data"), description="event log, embedding cache, Milvus Lite file"
+    )
+    milvus_uri: str = Field(
+        "", description="Milvus server URI; empty = Milvus Lite file in data_dir"
+    )
     milvus_token: str = Field("", description="Milvus token (user:password) for a server")
     collection: str = Field("memsvc_chunks", description="Milvus collection name")
     embed_model: str = Field(DEFAULT_MODEL, description="hub id or local directory")
-    embed_fallback: bool = Field(True, description="use the bundled MiniLM model if embed_model fails")
+    embed_fallback: bool = Field(
+        True, description="use the bundled MiniLM model if embed_model fails"
+    )
     query_instruction: str | None = Field(
         None, description="query instruction; unset = the model's known default"
     )

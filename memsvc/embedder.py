@@ -10,8 +10,8 @@ import hashlib
 import json
 import logging
 import os
-import sqlite3
 import socket
+import sqlite3
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -187,7 +187,8 @@ class Embedder:
                     else:
                         pooled = hidden[:, 0]
                     pooled = torch.nn.functional.normalize(pooled, dim=-1)
-                    return pooled.numpy().astype(np.float32)
+                    out: np.ndarray = pooled.numpy().astype(np.float32)
+                    return out
             except Exception as exc:
                 raise EmbedderError(f"embedding failed: {exc}") from exc
 

@@ -327,7 +327,9 @@ class EventLog:
                 [(c, conversation_id) for c in chunk_ids],
             )
         elif turn_range is None:
-            db.execute("UPDATE layout SET deleted = 1 WHERE conversation_id = ?", (conversation_id,))
+            db.execute(
+                "UPDATE layout SET deleted = 1 WHERE conversation_id = ?", (conversation_id,)
+            )
         else:
             db.execute(
                 "UPDATE layout SET deleted = 1 WHERE conversation_id = ?"
@@ -335,7 +337,9 @@ class EventLog:
                 (conversation_id, turn_range[1], turn_range[0]),
             )
 
-    def drop_layout_version(self, db: sqlite3.Connection, conversation_id: str, version: int) -> None:
+    def drop_layout_version(
+        self, db: sqlite3.Connection, conversation_id: str, version: int
+    ) -> None:
         db.execute(
             "DELETE FROM layout WHERE conversation_id = ? AND chunk_version = ?",
             (conversation_id, version),
@@ -384,11 +388,14 @@ class EventLog:
     def add_store_versions(self, pairs: Iterable[tuple[str, int]]) -> None:
         with self.transaction() as db:
             db.executemany(
-                "INSERT OR IGNORE INTO store_versions (conversation_id, chunk_version) VALUES (?,?)",
+                "INSERT OR IGNORE INTO store_versions (conversation_id, chunk_version)"
+                " VALUES (?,?)",
                 list(pairs),
             )
 
-    def remove_store_version(self, db: sqlite3.Connection, conversation_id: str, version: int) -> None:
+    def remove_store_version(
+        self, db: sqlite3.Connection, conversation_id: str, version: int
+    ) -> None:
         db.execute(
             "DELETE FROM store_versions WHERE conversation_id = ? AND chunk_version = ?",
             (conversation_id, version),

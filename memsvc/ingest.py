@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-import sqlite3
 import binascii
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -163,7 +163,9 @@ class IngestService:
             record = self.renderer.render(conv, w, version)
             chunks.append(record)
             fresh.append(
-                LayoutRow(cid, conv, version, w.start_turn, w.end_turn, source, text_hash(record.text))
+                LayoutRow(
+                    cid, conv, version, w.start_turn, w.end_turn, source, text_hash(record.text)
+                )
             )
         superseded = sorted(cid for cid in old if cid not in current)
         ev.drop_layout(db, superseded)

@@ -48,7 +48,8 @@ class SearchService:
     # -- EmbedChunk / EmbedBatch --------------------------------------------------------
     def embed_query(self, query: str) -> np.ndarray:
         _check_query(query, "query")
-        return self.embedder.encode_queries([query])[0]
+        vector: np.ndarray = self.embedder.encode_queries([query])[0]
+        return vector
 
     def embed_batch(self, texts: Sequence[str], is_query: bool) -> np.ndarray:
         if not texts:
@@ -78,7 +79,9 @@ class SearchService:
 
         ranked: list[tuple[StoredChunk, float]]
         if mode is SearchMode.DENSE:
-            ranked = self.store.search_dense(self.embedder.encode_queries([req.query_text])[0], expr, pool)
+            ranked = self.store.search_dense(
+                self.embedder.encode_queries([req.query_text])[0], expr, pool
+            )
         elif mode is SearchMode.KEYWORD:
             ranked = self.store.search_keyword(req.query_text, expr, pool)
         else:
@@ -156,10 +159,7 @@ def mmr_select(
     chosen: list[int] = []
     left = list(range(len(ranked)))
     while left and len(chosen) < k:
-        if chosen:
-            penalty = sims[np.ix_(left, chosen)].max(axis=1)
-        else:
-            penalty = np.zeros(len(left))
+        penalty = sims[np.ix_(left, chosen)].max(axis=1) if chosen else np.zeros(len(left))
         values = lam * rel[left] - (1 - lam) * penalty
         best = left[int(np.argmax(values))]
         chosen.append(best)

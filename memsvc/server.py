@@ -258,7 +258,9 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         )
 
     @rpc(lambda r: {"hits": len(r.hits), "top_k": r.top_k})
-    def EmbedDb(self, request: pb.EmbedDbRequest, context: grpc.ServicerContext) -> pb.EmbedDbResponse:
+    def EmbedDb(
+        self, request: pb.EmbedDbRequest, context: grpc.ServicerContext
+    ) -> pb.EmbedDbResponse:
         if request.mode not in (pb.SEARCH_MODE_UNSPECIFIED, *_MODES):
             raise InvalidArgument("mode", f"unknown search mode {request.mode}")
         mode, top_k, hits = self.core.search.search(
@@ -343,7 +345,7 @@ def start_server(listen: str, workers: int = 16) -> RunningServer:
         ],
     )
     servicer = MemoryServicer()
-    pb_grpc.add_MemoryServiceServicer_to_server(servicer, server)
+    pb_grpc.add_MemoryServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)

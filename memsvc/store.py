@@ -251,7 +251,9 @@ class ChunkStore:
             page_expr = f"chunk_id > {quote(last)}" if last else ""
             full = " and ".join(p for p in (expr, page_expr) if p)
             rows = self._client.query(
-                self.collection, filter=full or "chunk_id != \"\"", output_fields=fields,
+                self.collection,
+                filter=full or 'chunk_id != ""',
+                output_fields=fields,
                 limit=_QUERY_PAGE,
             )
             for row in rows:
@@ -310,7 +312,9 @@ class ChunkStore:
         """Rewrite rows (fetched with vectors) with deleted = true."""
         self.upsert(
             [
-                replace(c, record=replace(c.record, metadata=replace(c.record.metadata, deleted=True)))
+                replace(
+                    c, record=replace(c.record, metadata=replace(c.record.metadata, deleted=True))
+                )
                 for c in chunks
             ]
         )

@@ -12,9 +12,7 @@ _WS = re.compile(r"\s+")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN = re.compile(r"[A-Za-z]")
 # RFC 3339: date, "T" (or space), time, mandatory offset.
-_RFC3339 = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
-)
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
 def clean_text(text: str) -> str:
@@ -49,7 +47,8 @@ def parse_rfc3339(value: str, field: str) -> datetime:
     """Parse an RFC 3339 timestamp with offset; InvalidArgument naming `field` otherwise."""
     if not _RFC3339.match(value):
         raise InvalidArgument(
-            field, f"not an RFC 3339 timestamp with offset (e.g. 2026-02-02T10:15:30+08:00): {value!r}"
+            field,
+            f"not an RFC 3339 timestamp with offset (e.g. 2026-02-02T10:15:30+08:00): {value!r}",
         )
     try:
         return datetime.fromisoformat(value.replace("z", "Z").replace("t", "T"))

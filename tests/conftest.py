@@ -10,10 +10,10 @@ import pytest
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-from memsvc.app import Services, build_services  # noqa: E402
-from memsvc.config import Settings  # noqa: E402
-from memsvc.embedder import BUNDLED_MODEL_NAME, Embedder, load_embedder  # noqa: E402
-from memsvc.types import MemoryEvent  # noqa: E402
+from memsvc.app import Services, build_services
+from memsvc.config import Settings
+from memsvc.embedder import BUNDLED_MODEL_NAME, Embedder, load_embedder
+from memsvc.types import MemoryEvent
 
 EVAL_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "locomo-dev.json"
 

@@ -89,12 +89,18 @@ def test_layout_depends_only_on_turns() -> None:
 def test_source_hash_changes_with_content() -> None:
     policy = ChunkPolicy()
     a = plan_windows(turns("ua"), policy, words)[0]
-    b = plan_windows([*turns("u"), StoredTurn(1, "assistant", "edited", "2026-02-02T10:01:00+08:00")], policy, words)[0]
+    b = plan_windows(
+        [*turns("u"), StoredTurn(1, "assistant", "edited", "2026-02-02T10:01:00+08:00")],
+        policy,
+        words,
+    )[0]
     assert a.source_hash(1, policy) != b.source_hash(1, policy)
     assert a.source_hash(1, policy) != a.source_hash(2, policy)
 
 
-def _render_all(texts: list[str], embedder: Embedder, names: bool = False) -> list[dict[str, object]]:
+def _render_all(
+    texts: list[str], embedder: Embedder, names: bool = False
+) -> list[dict[str, object]]:
     stored = []
     for i, text in enumerate(texts):
         speaker = "user" if i % 2 == 0 else "assistant"

@@ -141,7 +141,9 @@ def test_delete_then_search_and_rebuild_does_not_resurrect(services: Services) -
     # purge removes deleted chunks and events physically
     purged = services.ingest.purge_deleted("c7")
     assert purged[0] >= 1 and purged[1] == 1
-    assert all(not c.metadata.deleted for c in services.ingest.list_chunks("c7", True, 100, "").chunks)
+    assert all(
+        not c.metadata.deleted for c in services.ingest.list_chunks("c7", True, 100, "").chunks
+    )
 
 
 def test_delete_by_chunk_ids(services: Services) -> None:
@@ -161,10 +163,14 @@ def test_version_rebuild_search_newest_and_retire(services: Services) -> None:
     assert {c.text for c in v2} != set() and not {c.chunk_id for c in v1} & {c.chunk_id for c in v2}
     _, _, hits = services.search.search(SearchRequest("puppy", 10, SearchFilters(("c9",))))
     assert hits and {h.metadata.chunk_version for h in hits} == {2}
-    _, _, old = services.search.search(SearchRequest("puppy", 10, SearchFilters(("c9",), chunk_version=1)))
+    _, _, old = services.search.search(
+        SearchRequest("puppy", 10, SearchFilters(("c9",), chunk_version=1))
+    )
     assert old and {h.metadata.chunk_version for h in old} == {1}
     assert services.ingest.retire_version("c9", 1) == len(v1)
-    assert {c.metadata.chunk_version for c in services.ingest.list_chunks("c9", True, 100, "").chunks} == {2}
+    assert {
+        c.metadata.chunk_version for c in services.ingest.list_chunks("c9", True, 100, "").chunks
+    } == {2}
 
 
 def test_list_chunks_pages_in_turn_order(services: Services) -> None:
@@ -183,8 +189,8 @@ def test_list_chunks_pages_in_turn_order(services: Services) -> None:
 
 def test_split_invariance_on_locomo(services: Services) -> None:
     """One call per conversation, or many calls of random sizes: the same live chunks."""
-    from tests.conftest import EVAL_FILE
     from memsvc.locomo import load_locomo
+    from tests.conftest import EVAL_FILE
 
     convs = load_locomo(EVAL_FILE)
     rng = random.Random(7)
@@ -192,7 +198,10 @@ def test_split_invariance_on_locomo(services: Services) -> None:
     stores: dict[str, dict[str, dict[str, str]]] = {}
     for name, size in patterns.items():
         for conv in convs[:2] if name == "single" else convs:
-            events = [dataclasses.replace(e, conversation_id=f"{name}:{e.conversation_id}") for e in conv.events]
+            events = [
+                dataclasses.replace(e, conversation_id=f"{name}:{e.conversation_id}")
+                for e in conv.events
+            ]
             i = 0
             while i < len(events):
                 n = size()

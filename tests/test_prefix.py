@@ -28,7 +28,14 @@ def test_intent_rules(text: str, tag: str) -> None:
 def test_intent_prefers_user_turns() -> None:
     assert classify_intent(["我喜欢猫。"], ["我喜欢猫。", "你打算什么时候去？"]) == "preference"
     assert classify_intent([], ["Where is it?"]) == "question"
-    assert set(INTENT_TAGS) == {"profile_update", "plan", "preference", "question", "smalltalk", "other"}
+    assert set(INTENT_TAGS) == {
+        "profile_update",
+        "plan",
+        "preference",
+        "question",
+        "smalltalk",
+        "other",
+    }
 
 
 def test_keywords_stable_and_without_stop_words() -> None:
@@ -47,5 +54,7 @@ def test_render_prefix_forms() -> None:
     assert zh == "[上下文：2026-02-02 用户在讨论护照、东京]"
     zh_range = render_prefix(PrefixInput(["2026-02-02", "2026-02-03"], ["用户", "助手"], [], True))
     assert zh_range == "[上下文：2026-02-02 至 2026-02-03 用户、助手]"
-    en = render_prefix(PrefixInput(["2026-02-02", "2026-02-03"], ["Ana", "Bo", "Cy"], ["trip"], False))
+    en = render_prefix(
+        PrefixInput(["2026-02-02", "2026-02-03"], ["Ana", "Bo", "Cy"], ["trip"], False)
+    )
     assert en == "[Context: 2026-02-02 to 2026-02-03, Ana, Bo and Cy discussing trip]"

@@ -60,7 +60,7 @@ def test_upsert_get_query_and_replace(tmp_path: Path) -> None:
     assert got.record == rows[0].record
     assert got.vector is not None and np.allclose(got.vector, rows[0].vector)
     store.set_deleted([got])
-    assert store.count('deleted == true') == 1
+    assert store.count("deleted == true") == 1
     assert len(store.query('conversation_id == "c1" and deleted == false')) == 4
     store.delete([r.record.chunk_id for r in rows[:2]])
     assert store.count() == 3

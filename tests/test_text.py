@@ -41,8 +41,8 @@ def test_epoch_respects_offset() -> None:
 def test_chunk_id_formula() -> None:
     import hashlib
 
-    expected = "chk_" + hashlib.sha256("conv-1\x1f0\x1f3\x1f1".encode()).hexdigest()[:32]
+    expected = "chk_" + hashlib.sha256(b"conv-1\x1f0\x1f3\x1f1").hexdigest()[:32]
     assert chunk_id("conv-1", 0, 3, 1) == expected
     assert chunk_id("conv-1", 0, 3, 2) != expected
-    piece = "chk_" + hashlib.sha256("conv-1\x1f0\x1f0\x1f1\x1f2".encode()).hexdigest()[:32]
+    piece = "chk_" + hashlib.sha256(b"conv-1\x1f0\x1f0\x1f1\x1f2").hexdigest()[:32]
     assert chunk_id("conv-1", 0, 0, 1, part_index=2) == piece
