@@ -1,0 +1,39 @@
+# memsvc container: bge-small-zh-v1.5 baked in at build time, so the container starts offline.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HOME=/opt/hf \
+    MEMSVC_LISTEN=0.0.0.0:50051 \
+    MEMSVC_DATA_DIR=/data \
+    MEMSVC_EMBED_MODEL=BAAI/bge-small-zh-v1.5 \
+    MEMSVC_EMBED_FALLBACK=false \
+    MEMSVC_LOG_FORMAT=json
+
+RUN useradd --create-home --uid 10001 memsvc
+
+WORKDIR /app
+# CPU build of torch first: a loose torch requirement would pull the CUDA wheels.
+RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+COPY pyproject.toml README.md ./
+COPY proto ./proto
+COPY memsvc ./memsvc
+RUN pip install .
+
+# Download the model into the image; at run time it is read from HF_HOME with no network.
+RUN python -c "from huggingface_hub import snapshot_download; snapshot_download('BAAI/bge-small-zh-v1.5')" \
+    && chmod -R a+rX /opt/hf \
+    && mkdir -p /data && chown memsvc:memsvc /data
+
+ENV HF_HUB_OFFLINE=1
+USER memsvc
+VOLUME ["/data"]
+EXPOSE 50051
+
+# grpc.health.v1 Check against the server itself: SERVING once model and store are ready.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=90s --retries=3 \
+    CMD python -c "import grpc,sys; from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g; ch=grpc.insecure_channel('127.0.0.1:50051'); r=g.HealthStub(ch).Check(h.HealthCheckRequest(), timeout=4); sys.exit(0 if r.status == h.HealthCheckResponse.SERVING else 1)"
+
+CMD ["memsvc", "serve"]

@@ -1,0 +1,115 @@
+"""Recall of LoCoMo evidence turns through the public RPCs, per search mode.
+
+    python benchmarks/locomo_recall.py [--eval FILE] [--modes dense,keyword,hybrid]
+
+For every question of categories 1-4, search that question's conversation only. A hit
+covers the turns of its turn_range. Reports recall@5, recall@10, recall within a budget of
+20 turns (hits taken in rank order while their turns stay within 20; the first hit always
+counts), turns per hit, ingest time and query latency p50/p99. Method: shared/eval/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+from _common import DEFAULT_EVAL, ingest, machine, percentile, running_server
+
+from memsvc.locomo import load_locomo
+from memsvc.v1 import memory_pb2 as pb
+
+MODES = {
+    "dense": pb.SEARCH_MODE_DENSE,
+    "keyword": pb.SEARCH_MODE_KEYWORD,
+    "hybrid": pb.SEARCH_MODE_HYBRID,
+}
+TURN_BUDGET = 20
+
+
+def covered(hits: list[pb.Hit]) -> list[set[int]]:
+    return [set(range(h.metadata.turn_range.start, h.metadata.turn_range.end + 1)) for h in hits]
+
+
+def within_budget(spans: list[set[int]], budget: int) -> set[int]:
+    turns: set[int] = set()
+    for i, span in enumerate(spans):
+        if i and len(turns | span) > budget:
+            break
+        turns |= span
+    return turns
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--eval", type=Path, default=DEFAULT_EVAL)
+    parser.add_argument("--modes", default="dense,keyword,hybrid")
+    parser.add_argument("--batch-turns", type=int, default=50, help="turns per Build call")
+    parser.add_argument("--mmr", type=float, default=0.0, help="mmr_lambda for every query")
+    args = parser.parse_args()
+    convs = load_locomo(args.eval)
+    with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp)) as (stub, _pid):
+        t0 = time.perf_counter()
+        chunks = 0
+        for conv in convs:
+            chunks += ingest(stub, conv.events, args.batch_turns)[0]
+        ingest_s = time.perf_counter() - t0
+        turns = sum(len(c.events) for c in convs)
+        print(f"ingested {turns} turns into {chunks} chunks in {ingest_s:.1f} s")
+        rows = []
+        for mode_name in args.modes.split(","):
+            r5 = r10 = rb = 0.0
+            n = 0
+            per_hit: list[int] = []
+            lat: list[float] = []
+            for conv in convs:
+                for q in conv.questions:
+                    if q.category > 4 or not q.evidence:
+                        continue
+                    req = pb.EmbedDbRequest(
+                        query_text=q.question,
+                        top_k=10,
+                        mode=MODES[mode_name],
+                        mmr_lambda=args.mmr,
+                        filters=pb.SearchFilters(conversation_ids=[conv.conversation_id]),
+                    )
+                    s = time.perf_counter()
+                    hits = list(stub.EmbedDb(req).hits)
+                    lat.append((time.perf_counter() - s) * 1000)
+                    spans = covered(hits)
+                    per_hit += [len(x) for x in spans]
+                    evidence = set(q.evidence)
+                    top5 = set().union(*spans[:5]) if spans else set()
+                    top10 = set().union(*spans) if spans else set()
+                    r5 += len(evidence & top5) / len(evidence)
+                    r10 += len(evidence & top10) / len(evidence)
+                    rb += len(evidence & within_budget(spans, TURN_BUDGET)) / len(evidence)
+                    n += 1
+            rows.append(
+                (
+                    mode_name,
+                    r5 / n,
+                    r10 / n,
+                    rb / n,
+                    sum(per_hit) / max(1, len(per_hit)),
+                    percentile(lat, 50),
+                    percentile(lat, 99),
+                    n,
+                )
+            )
+    head = f"LoCoMo recall, {args.eval.name}, {date.today()}, {machine()}"
+    print(f"\n{head}, batch {args.batch_turns} turns, mmr {args.mmr}")
+    print(f"ingest: {turns} turns -> {chunks} chunks in {ingest_s:.1f} s\n")
+    print(
+        "| mode | recall@5 | recall@10 | recall@20 turns | turns/hit"
+        " | p50 ms | p99 ms | questions |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for m, a, b, c, t, p50, p99, n in rows:
+        print(f"| {m} | {a:.3f} | {b:.3f} | {c:.3f} | {t:.2f} | {p50:.1f} | {p99:.1f} | {n} |")
+
+
+if __name__ == "__main__":
+    main()
