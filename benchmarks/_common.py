@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from memsvc.server import event_to_pb as to_pb
 from memsvc.types import MemoryEvent
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
@@ -78,18 +79,6 @@ def running_server(data_dir: Path, *extra: str) -> Iterator[tuple[pb_grpc.Memory
         channel.close()
         proc.terminate()
         proc.wait(timeout=30)
-
-
-def to_pb(e: MemoryEvent) -> pb.MemoryEvent:
-    return pb.MemoryEvent(
-        conversation_id=e.conversation_id,
-        turn_id=e.turn_id,
-        speaker=e.speaker,
-        text=e.text,
-        timestamp=e.timestamp,
-        participants=list(e.participants),
-        speaker_name=e.speaker_name,
-    )
 
 
 def ingest(

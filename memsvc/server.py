@@ -58,6 +58,18 @@ def event_from_pb(e: pb.MemoryEvent) -> MemoryEvent:
     )
 
 
+def event_to_pb(e: MemoryEvent) -> pb.MemoryEvent:
+    return pb.MemoryEvent(
+        conversation_id=e.conversation_id,
+        turn_id=e.turn_id,
+        speaker=e.speaker,
+        text=e.text,
+        timestamp=e.timestamp,
+        participants=list(e.participants),
+        speaker_name=e.speaker_name,
+    )
+
+
 def metadata_to_pb(m: ChunkMetadata) -> pb.ChunkMetadata:
     return pb.ChunkMetadata(
         conversation_id=m.conversation_id,
