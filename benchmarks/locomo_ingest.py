@@ -15,8 +15,9 @@ import time
 from datetime import date
 from pathlib import Path
 
-from _common import DEFAULT_EVAL, machine, percentile, running_server, to_pb
+from _common import DEFAULT_EVAL, machine, percentile, to_pb
 
+from memsvc.launch import running_server
 from memsvc.locomo import load_locomo
 from memsvc.v1 import memory_pb2 as pb
 

@@ -16,8 +16,9 @@ import time
 from datetime import date
 from pathlib import Path
 
-from _common import DEFAULT_EVAL, ingest, machine, percentile, running_server
+from _common import DEFAULT_EVAL, ingest, machine, percentile
 
+from memsvc.launch import running_server
 from memsvc.locomo import load_locomo
 from memsvc.v1 import memory_pb2 as pb
 

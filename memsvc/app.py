@@ -15,6 +15,7 @@ from memsvc.prefix import KeywordExtractor
 from memsvc.search import SearchService, SearchTuning
 from memsvc.store import ChunkStore
 from memsvc.types import SearchMode
+from memsvc.worker import IndexWorker, WorkerSettings
 
 log = structlog.get_logger(__name__)
 
@@ -27,8 +28,10 @@ class Services:
     events: EventLog
     ingest: IngestService
     search: SearchService
+    worker: IndexWorker
 
     def close(self) -> None:
+        self.worker.stop()
         self.store.close()
         self.events.close()
 
@@ -72,4 +75,40 @@ def build_services(settings: Settings, embedder: Embedder | None = None) -> Serv
     )
     search = SearchService(store, events, embedder, tuning)
     log.info("store_ready", uri=store.uri, collection=store.collection)
-    return Services(settings, embedder, store, events, ingest, search)
+    worker = IndexWorker(
+        ingest,
+        WorkerSettings(
+            threads=settings.index_workers,
+            batch_conversations=settings.index_batch_conversations,
+            max_attempts=settings.index_max_attempts,
+            backoff_s=settings.index_backoff_s,
+        ),
+    )
+    _follow_store_identity(events, ingest, store, settings.chunk_version)
+    worker.start()
+    return Services(settings, embedder, store, events, ingest, search, worker)
+
+
+def _follow_store_identity(
+    events: EventLog, ingest: IngestService, store: ChunkStore, version: int
+) -> None:
+    """The event log outlives a vector store: pointed at a new collection (or model), it
+    forgets what the old store held and queues every conversation for indexing."""
+    identity = f"{store.uri}|{store.collection}|{store.model}|{store.dim}"
+    previous = events.get_meta("store_identity")
+    if previous == identity:
+        return
+    conversations = events.conversations() if previous is not None else []
+    with events.transaction() as db:
+        if previous is not None:
+            events.forget_store(db)
+            for conv in conversations:
+                ingest.queue.enqueue(db, conv, events.live_turn_count(db, conv), version)
+        events.set_meta(db, "store_identity", identity)
+    if conversations:
+        log.warning(
+            "store_changed_reindexing",
+            conversations=len(conversations),
+            was=previous,
+            now=identity,
+        )

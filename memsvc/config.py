@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     search_keyword_weight: float = Field(1.0, ge=0.0, description="RRF weight of the BM25 list")
     search_dense_weight: float = Field(1.0, ge=0.0, description="RRF weight of the dense list")
     grpc_workers: int = Field(16, ge=1, le=256)
+    index_workers: int = Field(1, ge=0, le=16, description="index worker threads (0 = off)")
+    index_batch_conversations: int = Field(8, ge=1, le=256, description="leased per cycle")
+    index_max_attempts: int = Field(5, ge=1, le=100)
+    index_backoff_s: float = Field(1.0, gt=0, description="first retry delay, doubled each time")
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
 

@@ -7,6 +7,10 @@ Tables:
 - superseded: tail chunks replaced by a later build; removed from the vector store on the
   next upsert of that conversation (pending = 1 until then), and refused if upserted again.
 - store_versions: chunk versions present in the vector store, per conversation.
+- index_queue: per conversation, the asynchronous indexing state (see memsvc/worker.py).
+
+A layout row is `indexed` once the vector store holds its text; a rebuild after a crash
+between build and upsert re-renders the rows that are not.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ CREATE TABLE IF NOT EXISTS layout (
     end_turn INTEGER NOT NULL,
     source_hash TEXT NOT NULL,
     text_hash TEXT NOT NULL,
-    deleted INTEGER NOT NULL DEFAULT 0
+    deleted INTEGER NOT NULL DEFAULT 0,
+    indexed INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS layout_conv ON layout (conversation_id, chunk_version);
 CREATE TABLE IF NOT EXISTS superseded (
@@ -55,10 +60,30 @@ CREATE INDEX IF NOT EXISTS superseded_conv ON superseded (conversation_id, pendi
 CREATE TABLE IF NOT EXISTS store_versions (
     conversation_id TEXT NOT NULL,
     chunk_version INTEGER NOT NULL,
+    complete INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (conversation_id, chunk_version)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS index_queue (
+    conversation_id TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    chunk_version INTEGER NOT NULL,
+    dirty INTEGER NOT NULL DEFAULT 0,
+    leased_dirty INTEGER NOT NULL DEFAULT 0,
+    lease_until REAL NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL NOT NULL DEFAULT 0,
+    last_error TEXT NOT NULL DEFAULT '',
+    last_indexed_turn INTEGER NOT NULL DEFAULT -1,
+    reindex INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
 """
+
+
+_LAYOUT_COLS = (
+    "chunk_id, conversation_id, chunk_version, start_turn, end_turn, source_hash, text_hash,"
+    " deleted, indexed"
+)
 
 
 @dataclass(frozen=True)
@@ -94,6 +119,7 @@ class LayoutRow:
     source_hash: str
     text_hash: str
     deleted: bool = False
+    indexed: bool = False
 
 
 class EventLog:
@@ -272,8 +298,7 @@ class EventLog:
         self, db: sqlite3.Connection, conversation_id: str, version: int
     ) -> dict[str, LayoutRow]:
         rows = db.execute(
-            "SELECT chunk_id, conversation_id, chunk_version, start_turn, end_turn, source_hash,"
-            " text_hash, deleted FROM layout WHERE conversation_id = ? AND chunk_version = ?",
+            f"SELECT {_LAYOUT_COLS} FROM layout WHERE conversation_id = ? AND chunk_version = ?",
             (conversation_id, version),
         )
         return {str(r[0]): _layout(r) for r in rows}
@@ -285,8 +310,7 @@ class EventLog:
             part = list(chunk_ids[start : start + 500])
             marks = ",".join("?" * len(part))
             for r in db.execute(
-                "SELECT chunk_id, conversation_id, chunk_version, start_turn, end_turn,"
-                f" source_hash, text_hash, deleted FROM layout WHERE chunk_id IN ({marks})",
+                f"SELECT {_LAYOUT_COLS} FROM layout WHERE chunk_id IN ({marks})",
                 part,
             ):
                 out[str(r[0])] = _layout(r)
@@ -295,7 +319,7 @@ class EventLog:
     def put_layout(self, db: sqlite3.Connection, rows: Iterable[LayoutRow]) -> None:
         db.executemany(
             "INSERT OR REPLACE INTO layout (chunk_id, conversation_id, chunk_version, start_turn,"
-            " end_turn, source_hash, text_hash, deleted) VALUES (?,?,?,?,?,?,?,?)",
+            " end_turn, source_hash, text_hash, deleted, indexed) VALUES (?,?,?,?,?,?,?,?,?)",
             [
                 (
                     r.chunk_id,
@@ -306,10 +330,24 @@ class EventLog:
                     r.source_hash,
                     r.text_hash,
                     int(r.deleted),
+                    int(r.indexed),
                 )
                 for r in rows
             ],
         )
+
+    def mark_indexed(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """(chunk_id, text_hash) now in the vector store with that text."""
+        with self.transaction() as db:
+            db.executemany(
+                "UPDATE layout SET indexed = 1 WHERE chunk_id = ? AND text_hash = ?", list(pairs)
+            )
+
+    def forget_store(self, db: sqlite3.Connection) -> None:
+        """The vector store changed (new collection or model): nothing in it is known."""
+        db.execute("UPDATE layout SET indexed = 0")
+        db.execute("DELETE FROM superseded")
+        db.execute("DELETE FROM store_versions")
 
     def drop_layout(self, db: sqlite3.Connection, chunk_ids: Iterable[str]) -> None:
         db.executemany("DELETE FROM layout WHERE chunk_id = ?", [(c,) for c in chunk_ids])
@@ -385,12 +423,15 @@ class EventLog:
         return out
 
     # -- chunk versions present in the store ----------------------------------------------
-    def add_store_versions(self, pairs: Iterable[tuple[str, int]]) -> None:
+    def add_store_versions(self, pairs: Iterable[tuple[str, int]], complete: bool = True) -> None:
+        """Versions now in the store; an incomplete one (a reindex under way) is not yet the
+        default for searches."""
         with self.transaction() as db:
             db.executemany(
-                "INSERT OR IGNORE INTO store_versions (conversation_id, chunk_version)"
-                " VALUES (?,?)",
-                list(pairs),
+                "INSERT INTO store_versions (conversation_id, chunk_version, complete)"
+                " VALUES (?,?,?) ON CONFLICT (conversation_id, chunk_version)"
+                " DO UPDATE SET complete = MAX(complete, excluded.complete)",
+                [(c, v, int(complete)) for c, v in pairs],
             )
 
     def remove_store_version(
@@ -401,10 +442,28 @@ class EventLog:
             (conversation_id, version),
         )
 
+    def conversations(self) -> list[str]:
+        rows = self._conn().execute("SELECT DISTINCT conversation_id FROM events ORDER BY 1")
+        return [str(r[0]) for r in rows]
+
+    def live_turn_count(self, db: sqlite3.Connection, conversation_id: str) -> int:
+        row = db.execute(
+            "SELECT COUNT(*) FROM events WHERE conversation_id = ? AND deleted = 0",
+            (conversation_id,),
+        ).fetchone()
+        return int(row[0])
+
+    def reset_indexed(self, db: sqlite3.Connection, conversation_id: str, version: int) -> None:
+        db.execute(
+            "UPDATE layout SET indexed = 0 WHERE conversation_id = ? AND chunk_version = ?",
+            (conversation_id, version),
+        )
+
     def multi_version_latest(self, conversation_ids: Sequence[str] = ()) -> dict[str, int]:
-        """Newest stored version of each conversation that has more than one version stored."""
+        """Newest complete version of each conversation that has several versions stored."""
         sql = (
-            "SELECT conversation_id, MAX(chunk_version) FROM store_versions"
+            "SELECT conversation_id, COALESCE(MAX(CASE WHEN complete = 1 THEN chunk_version END),"
+            " MAX(chunk_version)) FROM store_versions"
             " {where} GROUP BY conversation_id HAVING COUNT(*) > 1"
         )
         if conversation_ids:
@@ -427,4 +486,143 @@ def _layout(r: Sequence[object]) -> LayoutRow:
         source_hash=str(r[5]),
         text_hash=str(r[6]),
         deleted=bool(r[7]),
+        indexed=bool(r[8]),
     )
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    """One conversation's asynchronous indexing state."""
+
+    conversation_id: str
+    state: str  # idle | pending | indexing | failed
+    chunk_version: int
+    dirty: int  # accepted events not yet indexed
+    attempts: int
+    last_error: str
+    last_indexed_turn: int
+    reindex: bool
+    last_appended_turn: int = -1
+
+
+_QUEUE_COLS = (
+    "q.conversation_id, q.state, q.chunk_version, q.dirty, q.attempts, q.last_error,"
+    " q.last_indexed_turn, q.reindex,"
+    " (SELECT MAX(turn_id) FROM events e WHERE e.conversation_id = q.conversation_id)"
+)
+
+
+def _queue_item(r: Sequence[object]) -> QueueItem:
+    return QueueItem(
+        conversation_id=str(r[0]),
+        state=str(r[1]),
+        chunk_version=int(r[2]),  # type: ignore[call-overload]
+        dirty=int(r[3]),  # type: ignore[call-overload]
+        attempts=int(r[4]),  # type: ignore[call-overload]
+        last_error=str(r[5]),
+        last_indexed_turn=int(r[6]),  # type: ignore[call-overload]
+        reindex=bool(r[7]),
+        last_appended_turn=-1 if r[8] is None else int(r[8]),  # type: ignore[call-overload]
+    )
+
+
+class IndexQueue:
+    """The index_queue table: what the background worker has to do, leased with expiry."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+
+    def enqueue(
+        self,
+        db: sqlite3.Connection,
+        conversation_id: str,
+        dirty: int,
+        chunk_version: int,
+        reindex: bool = False,
+    ) -> None:
+        """New work for a conversation; a failed one is retried from scratch."""
+        db.execute(
+            "INSERT INTO index_queue (conversation_id, state, chunk_version, dirty, reindex)"
+            " VALUES (?, 'pending', ?, ?, ?)"
+            " ON CONFLICT (conversation_id) DO UPDATE SET"
+            "  dirty = dirty + excluded.dirty,"
+            "  state = CASE WHEN state = 'indexing' THEN 'indexing' ELSE 'pending' END,"
+            "  chunk_version = CASE WHEN excluded.reindex = 1 THEN excluded.chunk_version"
+            "                  ELSE chunk_version END,"
+            "  reindex = MAX(reindex, excluded.reindex),"
+            "  attempts = 0, next_attempt_at = 0",
+            (conversation_id, chunk_version, dirty, int(reindex)),
+        )
+
+    def release_stale_leases(self) -> int:
+        """At start-up: leases held by a process that is gone go back to pending."""
+        with self.log.transaction() as db:
+            return db.execute(
+                "UPDATE index_queue SET state = 'pending', lease_until = 0 WHERE state = 'indexing'"
+            ).rowcount
+
+    def lease(self, now: float, lease_s: float, limit: int) -> list[QueueItem]:
+        with self.log.transaction() as db:
+            rows = db.execute(
+                f"SELECT {_QUEUE_COLS} FROM index_queue q WHERE"
+                " (q.state = 'pending' AND q.next_attempt_at <= ?)"
+                " OR (q.state = 'indexing' AND q.lease_until < ?)"
+                " ORDER BY q.next_attempt_at, q.conversation_id LIMIT ?",
+                (now, now, limit),
+            ).fetchall()
+            db.executemany(
+                "UPDATE index_queue SET state = 'indexing', lease_until = ?, leased_dirty = dirty"
+                " WHERE conversation_id = ?",
+                [(now + lease_s, r[0]) for r in rows],
+            )
+        return [_queue_item(r) for r in rows]
+
+    def complete(self, conversation_id: str, indexed_turn: int) -> None:
+        with self.log.transaction() as db:
+            db.execute(
+                "UPDATE index_queue SET dirty = MAX(0, dirty - leased_dirty), leased_dirty = 0,"
+                " state = CASE WHEN dirty - leased_dirty > 0 THEN 'pending' ELSE 'idle' END,"
+                " attempts = 0, last_error = '', lease_until = 0, reindex = 0,"
+                " last_indexed_turn = MAX(last_indexed_turn, ?) WHERE conversation_id = ?",
+                (indexed_turn, conversation_id),
+            )
+
+    def fail(
+        self, conversation_id: str, error: str, now: float, max_attempts: int, backoff_s: float
+    ) -> None:
+        with self.log.transaction() as db:
+            row = db.execute(
+                "SELECT attempts FROM index_queue WHERE conversation_id = ?", (conversation_id,)
+            ).fetchone()
+            attempts = (int(row[0]) if row else 0) + 1
+            failed = attempts >= max_attempts
+            db.execute(
+                "UPDATE index_queue SET attempts = ?, last_error = ?, lease_until = 0,"
+                " leased_dirty = 0, state = ?, next_attempt_at = ? WHERE conversation_id = ?",
+                (
+                    attempts,
+                    error[:2000],
+                    "failed" if failed else "pending",
+                    now + backoff_s * 2 ** (attempts - 1),
+                    conversation_id,
+                ),
+            )
+
+    def status(self, conversation_ids: Sequence[str] = ()) -> list[QueueItem]:
+        db = self.log._conn()
+        if conversation_ids:
+            marks = ",".join("?" * len(conversation_ids))
+            rows = db.execute(
+                f"SELECT {_QUEUE_COLS} FROM index_queue q WHERE q.conversation_id IN ({marks})"
+                " ORDER BY q.conversation_id",
+                list(conversation_ids),
+            )
+        else:
+            rows = db.execute(f"SELECT {_QUEUE_COLS} FROM index_queue q ORDER BY q.conversation_id")
+        return [_queue_item(r) for r in rows]
+
+    def version_of(self, db: sqlite3.Connection, conversation_id: str) -> int | None:
+        row = db.execute(
+            "SELECT chunk_version FROM index_queue WHERE conversation_id = ?", (conversation_id,)
+        ).fetchone()
+        return None if row is None else int(row[0])

@@ -14,11 +14,12 @@ from memsvc import validation
 from memsvc.chunking import ChunkPolicy, ChunkRenderer, plan_windows
 from memsvc.embedder import Embedder, EmbeddingCache, embed_passages_cached, text_hash
 from memsvc.errors import InvalidArgument
-from memsvc.eventlog import EventLog, EventRow, LayoutRow
+from memsvc.eventlog import EventLog, EventRow, IndexQueue, LayoutRow
 from memsvc.filters import in_expr, quote
 from memsvc.store import ChunkStore, StoredChunk, content_hash
 from memsvc.text import clean_text
 from memsvc.types import (
+    AppendResult,
     BuildResult,
     ChunkRecord,
     DeleteResult,
@@ -54,6 +55,7 @@ class IngestService:
         default_version: int,
     ) -> None:
         self.events = events
+        self.queue = IndexQueue(events)
         self.store = store
         self.embedder = embedder
         self.cache = cache
@@ -96,23 +98,83 @@ class IngestService:
             conv = validation.conversation_id(conversation_id, "events")
         rows = self._event_rows(events)
         with self.events.transaction() as db:
-            stored = self.events.get_events(db, conv, (r.turn_id for r in rows))
-            # Identical re-sends are no-ops; deleted turns stay deleted until purged.
-            changed = [
-                r
-                for r in rows
-                if r.turn_id not in stored
-                or (not stored[r.turn_id].deleted and not stored[r.turn_id].same_content(r))
-            ]
-            new_ids = sorted(r.turn_id for r in rows if r.turn_id not in stored)
-            if not allow_gaps and new_ids:
-                self._check_no_gap(db, conv, new_ids)
-            self.events.put_events(db, changed)
+            self._store_events(db, conv, rows, allow_gaps)
             result = self._rebuild(db, conv, version)
         if result.superseded_chunk_ids and not result.chunks:
             # Nothing replaces them, so no upsert will come to retire them: do it now.
             self._retire_superseded([conv])
         return result
+
+    def build_for_index(self, conversation_id: str, chunk_version: int) -> BuildResult:
+        """The worker's build: also re-renders chunks a crash left out of the store."""
+        with self.events.transaction() as db:
+            result = self._rebuild(db, conversation_id, chunk_version, include_unindexed=True)
+        if result.superseded_chunk_ids and not result.chunks:
+            self._retire_superseded([conversation_id])
+        return result
+
+    def _store_events(
+        self, db: sqlite3.Connection, conv: str, rows: list[EventRow], allow_gaps: bool
+    ) -> list[EventRow]:
+        """Write new and edited turns; identical re-sends are no-ops and deleted turns stay
+        deleted until purged. Returns the rows written."""
+        stored = self.events.get_events(db, conv, (r.turn_id for r in rows))
+        changed = [
+            r
+            for r in rows
+            if r.turn_id not in stored
+            or (not stored[r.turn_id].deleted and not stored[r.turn_id].same_content(r))
+        ]
+        new_ids = sorted(r.turn_id for r in rows if r.turn_id not in stored)
+        if not allow_gaps and new_ids:
+            self._check_no_gap(db, conv, new_ids)
+        self.events.put_events(db, changed)
+        return changed
+
+    # -- AppendEvents ---------------------------------------------------------------------
+    def append(self, events: Sequence[MemoryEvent], allow_gaps: bool = False) -> AppendResult:
+        """Durably log events of any number of conversations and queue them for indexing.
+        A conversation with a bad event is rejected whole (its events are listed in
+        `errors`); the others are written."""
+        if not events:
+            raise InvalidArgument("events", "must not be empty")
+        if len(events) > validation.MAX_EVENTS_PER_CALL:
+            raise InvalidArgument("events", f"at most {validation.MAX_EVENTS_PER_CALL} events")
+        by_conv: dict[str, list[tuple[int, MemoryEvent]]] = {}
+        for i, e in enumerate(events):
+            by_conv.setdefault(e.conversation_id, []).append((i, e))
+        errors: list[RecordError] = []
+        good: dict[str, list[EventRow]] = {}
+        for conv, items in by_conv.items():
+            try:
+                seen: set[int] = set()
+                for i, e in items:
+                    validation.event(e, f"events[{i}]")
+                    if e.turn_id in seen:
+                        raise InvalidArgument(f"events[{i}].turn_id", f"duplicate {e.turn_id}")
+                    seen.add(e.turn_id)
+            except InvalidArgument as exc:
+                errors += [RecordError(_event_ref(e), str(exc)) for _, e in items]
+                continue
+            good[conv] = self._event_rows([e for _, e in items])
+        accepted = duplicates = 0
+        with self.events.transaction() as db:
+            for conv, rows in good.items():
+                savepoint = f"sp_{accepted}_{duplicates}"
+                db.execute(f"SAVEPOINT {savepoint}")
+                try:
+                    changed = self._store_events(db, conv, rows, allow_gaps)
+                except InvalidArgument as exc:
+                    db.execute(f"ROLLBACK TO {savepoint}")
+                    errors += [RecordError(_event_ref(r), str(exc)) for r in rows]
+                    continue
+                db.execute(f"RELEASE {savepoint}")
+                accepted += len(changed)
+                duplicates += len(rows) - len(changed)
+                if changed:
+                    version = self.queue.version_of(db, conv) or self.default_version
+                    self.queue.enqueue(db, conv, len(changed), version)
+        return AppendResult(accepted, duplicates, errors)
 
     def _event_rows(self, events: Sequence[MemoryEvent]) -> list[EventRow]:
         cleaned = [clean_text(e.text) for e in events]
@@ -144,7 +206,9 @@ class IngestService:
                 " send the missing turns or set allow_gaps",
             )
 
-    def _rebuild(self, db: sqlite3.Connection, conv: str, version: int) -> BuildResult:
+    def _rebuild(
+        self, db: sqlite3.Connection, conv: str, version: int, include_unindexed: bool = False
+    ) -> BuildResult:
         """Diff the layout of the live turns against the last build's; render what changed."""
         ev = self.events
         turns = ev.live_turns(db, conv)
@@ -158,7 +222,11 @@ class IngestService:
             current.add(cid)
             source = w.source_hash(version, self.policy)
             previous = old.get(cid)
-            if previous is not None and previous.source_hash == source:
+            if (
+                previous is not None
+                and previous.source_hash == source
+                and (previous.indexed or previous.deleted or not include_unindexed)
+            ):
                 continue
             record = self.renderer.render(conv, w, version)
             chunks.append(record)
@@ -176,7 +244,11 @@ class IngestService:
         return BuildResult(conv, TurnRange(lo, hi) if count else None, chunks, superseded)
 
     # -- UpsertVectorRecords --------------------------------------------------------------
-    def upsert(self, records: Sequence[ChunkRecord]) -> UpsertResult:
+    def upsert(
+        self, records: Sequence[ChunkRecord], register_versions: bool = True
+    ) -> UpsertResult:
+        """Embed and store records. `register_versions=False` (a reindex in progress) keeps
+        searches on the conversation's previous version until the worker completes it."""
         errors: list[RecordError] = []
         valid: list[ChunkRecord] = []
         seen: set[str] = set()
@@ -218,6 +290,7 @@ class IngestService:
             existing = self.store.get(ids, with_vectors=True)
             layout = self.events.layout_rows(ids)
             writes: list[StoredChunk] = []
+            stored_ok: list[ChunkRecord] = []
             upserted = updated = unchanged = 0
             for r in valid:
                 old = existing.get(r.chunk_id)
@@ -237,6 +310,7 @@ class IngestService:
                     and old.record.metadata.deleted == r.metadata.deleted
                 ):
                     unchanged += 1
+                    stored_ok.append(r)
                     continue
                 vector = vectors.get(r.text)
                 if vector is None:
@@ -248,8 +322,12 @@ class IngestService:
                 else:
                     updated += 1
             self.store.upsert(writes)
+        self.events.mark_indexed(
+            (r.chunk_id, text_hash(r.text)) for r in [*stored_ok, *(w.record for w in writes)]
+        )
         self.events.add_store_versions(
-            {(w.record.metadata.conversation_id, w.record.metadata.chunk_version) for w in writes}
+            {(w.record.metadata.conversation_id, w.record.metadata.chunk_version) for w in writes},
+            complete=register_versions,
         )
         retired = self._retire_superseded(sorted({r.metadata.conversation_id for r in valid}))
         return UpsertResult(upserted, updated, unchanged, retired, errors)
@@ -392,6 +470,10 @@ class IngestService:
             with self.events.transaction() as db:
                 events = self.events.purge_events(db, conversation_id or None)
         return len(ids), events
+
+
+def _event_ref(e: MemoryEvent | EventRow) -> str:
+    return f"{e.conversation_id}#{e.turn_id}"
 
 
 def _encode_page_token(offset: int) -> str:

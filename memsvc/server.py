@@ -16,10 +16,12 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from memsvc import validation
 from memsvc.app import Services, build_services
 from memsvc.config import Settings
 from memsvc.embedder import EmbedderError
 from memsvc.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from memsvc.eventlog import QueueItem
 from memsvc.types import (
     ChunkMetadata,
     ChunkRecord,
@@ -327,6 +329,89 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     ) -> pb.PurgeDeletedResponse:
         chunks, events = self.core.ingest.purge_deleted(request.conversation_id)
         return pb.PurgeDeletedResponse(chunks_purged=chunks, events_purged=events)
+
+    # -- asynchronous ingestion -------------------------------------------------------------
+    @rpc(lambda r: {"accepted": r.accepted, "duplicates": r.duplicates, "errors": len(r.errors)})
+    def AppendEvents(
+        self, request: pb.AppendEventsRequest, context: grpc.ServicerContext
+    ) -> pb.AppendEventsResponse:
+        core = self.core
+        result = core.ingest.append([event_from_pb(e) for e in request.events], request.allow_gaps)
+        if result.accepted:
+            core.worker.notify()
+        return pb.AppendEventsResponse(
+            accepted=result.accepted,
+            duplicates=result.duplicates,
+            errors=_errors_pb(result.errors),
+        )
+
+    @rpc(lambda r: {"conversations": len(r.conversations), "backlog": r.total_backlog})
+    def GetIndexStatus(
+        self, request: pb.GetIndexStatusRequest, context: grpc.ServicerContext
+    ) -> pb.GetIndexStatusResponse:
+        worker = self.core.worker
+        items = worker.queue.status(list(request.conversation_ids))
+        totals = worker.totals()
+        return pb.GetIndexStatusResponse(
+            conversations=[index_status_to_pb(i) for i in items],
+            total_conversations=totals.conversations,
+            total_backlog=totals.backlog,
+            pending=totals.pending,
+            indexing=totals.indexing,
+            failed=totals.failed,
+            paused=totals.paused,
+        )
+
+    @rpc(lambda r: {"indexed": r.indexed})
+    def WaitForIndexed(
+        self, request: pb.WaitForIndexedRequest, context: grpc.ServicerContext
+    ) -> pb.WaitForIndexedResponse:
+        conv = validation.conversation_id(request.conversation_id, "conversation_id")
+        if not 0 <= request.timeout_ms <= 300_000:
+            raise InvalidArgument("timeout_ms", "must be 0 (= 10000) to 300000")
+        timeout_s = (request.timeout_ms or 10_000) / 1000
+        item = self.core.worker.wait_for_indexed(conv, request.turn_id, timeout_s)
+        if item is None:
+            raise NotFound(f"conversation {conv!r} has no appended events")
+        indexed = item.state == "idle" and item.last_indexed_turn >= request.turn_id
+        return pb.WaitForIndexedResponse(indexed=indexed, status=index_status_to_pb(item))
+
+    @rpc(lambda r: {"paused": r.paused})
+    def SetIndexingPaused(
+        self, request: pb.SetIndexingPausedRequest, context: grpc.ServicerContext
+    ) -> pb.SetIndexingPausedResponse:
+        worker = self.core.worker
+        worker.set_paused(request.paused)
+        return pb.SetIndexingPausedResponse(paused=worker.paused)
+
+    @rpc(lambda r: {"queued": r.queued})
+    def Reindex(
+        self, request: pb.ReindexRequest, context: grpc.ServicerContext
+    ) -> pb.ReindexResponse:
+        core = self.core
+        if not request.all and not request.conversation_ids:
+            raise InvalidArgument("conversation_ids", "name conversations or set all")
+        if request.chunk_version < 0:
+            raise InvalidArgument("chunk_version", "must be >= 0 (0 = server default)")
+        version = request.chunk_version or core.settings.chunk_version
+        ids = [] if request.all else list(request.conversation_ids)
+        for i, conv in enumerate(ids):
+            validation.conversation_id(conv, f"conversation_ids[{i}]")
+        return pb.ReindexResponse(queued=core.worker.reindex(ids, version))
+
+
+def index_status_to_pb(item: QueueItem) -> pb.IndexStatus:
+    return pb.IndexStatus(
+        conversation_id=item.conversation_id,
+        last_appended_turn=item.last_appended_turn,
+        last_indexed_turn=item.last_indexed_turn,
+        backlog=item.dirty,
+        state=item.state,
+        last_error=item.last_error,
+        attempts=item.attempts,
+        chunk_version=item.chunk_version,
+        reindexing=item.reindex,
+    )
 
 
 @dataclass

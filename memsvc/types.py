@@ -76,6 +76,13 @@ class UpsertResult:
 
 
 @dataclass(frozen=True)
+class AppendResult:
+    accepted: int
+    duplicates: int
+    errors: list[RecordError] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class DeleteResult:
     deleted: int
     events_deleted: int

@@ -303,3 +303,113 @@ class PurgeDeletedResponse(_message.Message):
     chunks_purged: int
     events_purged: int
     def __init__(self, chunks_purged: _Optional[int] = ..., events_purged: _Optional[int] = ...) -> None: ...
+
+class AppendEventsRequest(_message.Message):
+    __slots__ = ("events", "allow_gaps")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_GAPS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[MemoryEvent]
+    allow_gaps: bool
+    def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., allow_gaps: _Optional[bool] = ...) -> None: ...
+
+class AppendEventsResponse(_message.Message):
+    __slots__ = ("accepted", "duplicates", "errors")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    accepted: int
+    duplicates: int
+    errors: _containers.RepeatedCompositeFieldContainer[RecordError]
+    def __init__(self, accepted: _Optional[int] = ..., duplicates: _Optional[int] = ..., errors: _Optional[_Iterable[_Union[RecordError, _Mapping]]] = ...) -> None: ...
+
+class IndexStatus(_message.Message):
+    __slots__ = ("conversation_id", "last_appended_turn", "last_indexed_turn", "backlog", "state", "last_error", "attempts", "chunk_version", "reindexing")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_APPENDED_TURN_FIELD_NUMBER: _ClassVar[int]
+    LAST_INDEXED_TURN_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REINDEXING_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    last_appended_turn: int
+    last_indexed_turn: int
+    backlog: int
+    state: str
+    last_error: str
+    attempts: int
+    chunk_version: int
+    reindexing: bool
+    def __init__(self, conversation_id: _Optional[str] = ..., last_appended_turn: _Optional[int] = ..., last_indexed_turn: _Optional[int] = ..., backlog: _Optional[int] = ..., state: _Optional[str] = ..., last_error: _Optional[str] = ..., attempts: _Optional[int] = ..., chunk_version: _Optional[int] = ..., reindexing: _Optional[bool] = ...) -> None: ...
+
+class GetIndexStatusRequest(_message.Message):
+    __slots__ = ("conversation_ids",)
+    CONVERSATION_IDS_FIELD_NUMBER: _ClassVar[int]
+    conversation_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, conversation_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetIndexStatusResponse(_message.Message):
+    __slots__ = ("conversations", "total_conversations", "total_backlog", "pending", "indexing", "failed", "paused")
+    CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    INDEXING_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    conversations: _containers.RepeatedCompositeFieldContainer[IndexStatus]
+    total_conversations: int
+    total_backlog: int
+    pending: int
+    indexing: int
+    failed: int
+    paused: bool
+    def __init__(self, conversations: _Optional[_Iterable[_Union[IndexStatus, _Mapping]]] = ..., total_conversations: _Optional[int] = ..., total_backlog: _Optional[int] = ..., pending: _Optional[int] = ..., indexing: _Optional[int] = ..., failed: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
+
+class WaitForIndexedRequest(_message.Message):
+    __slots__ = ("conversation_id", "turn_id", "timeout_ms")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    turn_id: int
+    timeout_ms: int
+    def __init__(self, conversation_id: _Optional[str] = ..., turn_id: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class WaitForIndexedResponse(_message.Message):
+    __slots__ = ("indexed", "status")
+    INDEXED_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    indexed: bool
+    status: IndexStatus
+    def __init__(self, indexed: _Optional[bool] = ..., status: _Optional[_Union[IndexStatus, _Mapping]] = ...) -> None: ...
+
+class SetIndexingPausedRequest(_message.Message):
+    __slots__ = ("paused",)
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    paused: bool
+    def __init__(self, paused: _Optional[bool] = ...) -> None: ...
+
+class SetIndexingPausedResponse(_message.Message):
+    __slots__ = ("paused",)
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    paused: bool
+    def __init__(self, paused: _Optional[bool] = ...) -> None: ...
+
+class ReindexRequest(_message.Message):
+    __slots__ = ("conversation_ids", "all", "chunk_version")
+    CONVERSATION_IDS_FIELD_NUMBER: _ClassVar[int]
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_VERSION_FIELD_NUMBER: _ClassVar[int]
+    conversation_ids: _containers.RepeatedScalarFieldContainer[str]
+    all: bool
+    chunk_version: int
+    def __init__(self, conversation_ids: _Optional[_Iterable[str]] = ..., all: _Optional[bool] = ..., chunk_version: _Optional[int] = ...) -> None: ...
+
+class ReindexResponse(_message.Message):
+    __slots__ = ("queued",)
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    queued: int
+    def __init__(self, queued: _Optional[int] = ...) -> None: ...

@@ -79,6 +79,31 @@ class MemoryServiceStub:
                 request_serializer=memsvc_dot_v1_dot_memory__pb2.PurgeDeletedRequest.SerializeToString,
                 response_deserializer=memsvc_dot_v1_dot_memory__pb2.PurgeDeletedResponse.FromString,
                 _registered_method=True)
+        self.AppendEvents = channel.unary_unary(
+                '/memsvc.v1.MemoryService/AppendEvents',
+                request_serializer=memsvc_dot_v1_dot_memory__pb2.AppendEventsRequest.SerializeToString,
+                response_deserializer=memsvc_dot_v1_dot_memory__pb2.AppendEventsResponse.FromString,
+                _registered_method=True)
+        self.GetIndexStatus = channel.unary_unary(
+                '/memsvc.v1.MemoryService/GetIndexStatus',
+                request_serializer=memsvc_dot_v1_dot_memory__pb2.GetIndexStatusRequest.SerializeToString,
+                response_deserializer=memsvc_dot_v1_dot_memory__pb2.GetIndexStatusResponse.FromString,
+                _registered_method=True)
+        self.WaitForIndexed = channel.unary_unary(
+                '/memsvc.v1.MemoryService/WaitForIndexed',
+                request_serializer=memsvc_dot_v1_dot_memory__pb2.WaitForIndexedRequest.SerializeToString,
+                response_deserializer=memsvc_dot_v1_dot_memory__pb2.WaitForIndexedResponse.FromString,
+                _registered_method=True)
+        self.SetIndexingPaused = channel.unary_unary(
+                '/memsvc.v1.MemoryService/SetIndexingPaused',
+                request_serializer=memsvc_dot_v1_dot_memory__pb2.SetIndexingPausedRequest.SerializeToString,
+                response_deserializer=memsvc_dot_v1_dot_memory__pb2.SetIndexingPausedResponse.FromString,
+                _registered_method=True)
+        self.Reindex = channel.unary_unary(
+                '/memsvc.v1.MemoryService/Reindex',
+                request_serializer=memsvc_dot_v1_dot_memory__pb2.ReindexRequest.SerializeToString,
+                response_deserializer=memsvc_dot_v1_dot_memory__pb2.ReindexResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -147,6 +172,41 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendEvents(self, request, context):
+        """Durably log events and return at once; the index worker chunks, embeds and stores them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetIndexStatus(self, request, context):
+        """Per-conversation and total indexing progress.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitForIndexed(self, request, context):
+        """Block until a turn is searchable (read your writes), or the time-out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetIndexingPaused(self, request, context):
+        """Pause or resume the index worker (appends are still accepted while paused).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Reindex(self, request, context):
+        """Rebuild conversations from the event log in the background.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -194,6 +254,31 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.PurgeDeleted,
                     request_deserializer=memsvc_dot_v1_dot_memory__pb2.PurgeDeletedRequest.FromString,
                     response_serializer=memsvc_dot_v1_dot_memory__pb2.PurgeDeletedResponse.SerializeToString,
+            ),
+            'AppendEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendEvents,
+                    request_deserializer=memsvc_dot_v1_dot_memory__pb2.AppendEventsRequest.FromString,
+                    response_serializer=memsvc_dot_v1_dot_memory__pb2.AppendEventsResponse.SerializeToString,
+            ),
+            'GetIndexStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetIndexStatus,
+                    request_deserializer=memsvc_dot_v1_dot_memory__pb2.GetIndexStatusRequest.FromString,
+                    response_serializer=memsvc_dot_v1_dot_memory__pb2.GetIndexStatusResponse.SerializeToString,
+            ),
+            'WaitForIndexed': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitForIndexed,
+                    request_deserializer=memsvc_dot_v1_dot_memory__pb2.WaitForIndexedRequest.FromString,
+                    response_serializer=memsvc_dot_v1_dot_memory__pb2.WaitForIndexedResponse.SerializeToString,
+            ),
+            'SetIndexingPaused': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetIndexingPaused,
+                    request_deserializer=memsvc_dot_v1_dot_memory__pb2.SetIndexingPausedRequest.FromString,
+                    response_serializer=memsvc_dot_v1_dot_memory__pb2.SetIndexingPausedResponse.SerializeToString,
+            ),
+            'Reindex': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reindex,
+                    request_deserializer=memsvc_dot_v1_dot_memory__pb2.ReindexRequest.FromString,
+                    response_serializer=memsvc_dot_v1_dot_memory__pb2.ReindexResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -439,6 +524,141 @@ class MemoryService:
             '/memsvc.v1.MemoryService/PurgeDeleted',
             memsvc_dot_v1_dot_memory__pb2.PurgeDeletedRequest.SerializeToString,
             memsvc_dot_v1_dot_memory__pb2.PurgeDeletedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memsvc.v1.MemoryService/AppendEvents',
+            memsvc_dot_v1_dot_memory__pb2.AppendEventsRequest.SerializeToString,
+            memsvc_dot_v1_dot_memory__pb2.AppendEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetIndexStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memsvc.v1.MemoryService/GetIndexStatus',
+            memsvc_dot_v1_dot_memory__pb2.GetIndexStatusRequest.SerializeToString,
+            memsvc_dot_v1_dot_memory__pb2.GetIndexStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitForIndexed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memsvc.v1.MemoryService/WaitForIndexed',
+            memsvc_dot_v1_dot_memory__pb2.WaitForIndexedRequest.SerializeToString,
+            memsvc_dot_v1_dot_memory__pb2.WaitForIndexedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetIndexingPaused(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memsvc.v1.MemoryService/SetIndexingPaused',
+            memsvc_dot_v1_dot_memory__pb2.SetIndexingPausedRequest.SerializeToString,
+            memsvc_dot_v1_dot_memory__pb2.SetIndexingPausedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reindex(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memsvc.v1.MemoryService/Reindex',
+            memsvc_dot_v1_dot_memory__pb2.ReindexRequest.SerializeToString,
+            memsvc_dot_v1_dot_memory__pb2.ReindexResponse.FromString,
             options,
             channel_credentials,
             insecure,

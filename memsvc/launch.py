@@ -1,0 +1,76 @@
+"""Start `memsvc serve` in a child process on a loopback port (benchmarks and crash tests)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from memsvc.v1 import memory_pb2_grpc as pb_grpc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_child(data_dir: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env.setdefault("MEMSVC_EMBED_MODEL", "sentence-transformers/all-MiniLM-L6-v2")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memsvc.cli",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            str(data_dir),
+            "--log-level",
+            "WARNING",
+            *extra,
+        ],
+        env=env,
+    )
+
+
+def wait_serving(
+    channel: grpc.Channel, proc: subprocess.Popen[bytes], timeout_s: float = 180
+) -> None:
+    health = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            status = health.Check(health_pb2.HealthCheckRequest(), timeout=2).status
+            if status == health_pb2.HealthCheckResponse.SERVING:
+                return
+        except grpc.RpcError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("server did not become ready")
+        time.sleep(0.3)
+
+
+@contextmanager
+def running_server(data_dir: Path, *extra: str) -> Iterator[tuple[pb_grpc.MemoryServiceStub, int]]:
+    """Yields a stub once the child is SERVING, and the child's pid."""
+    port = free_port()
+    proc = start_child(data_dir, port, *extra)
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        wait_serving(channel, proc)
+        yield pb_grpc.MemoryServiceStub(channel), proc.pid  # type: ignore[no-untyped-call]
+    finally:
+        channel.close()
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -1,0 +1,210 @@
+"""The index worker: turns appended events into stored chunks in the background.
+
+Work is per conversation, in the event log's index_queue table. A worker thread leases a
+few pending conversations (the lease expires, so work held by a dead thread comes back),
+builds their chunks incrementally from the log, embeds them in one batch across the
+conversations and upserts. Failures are counted and retried with exponential back-off;
+after `max_attempts` the conversation is `failed` with the last error visible, until new
+events or a Reindex re-queue it. Everything is in SQLite, so a restart resumes where the
+last process stopped: leases of the dead process are released at start-up, and a chunk
+built but never stored is rebuilt (layout rows carry an `indexed` flag).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from memsvc.eventlog import QueueItem
+from memsvc.ingest import IngestService
+from memsvc.types import ChunkRecord
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    threads: int = 1
+    batch_conversations: int = 8
+    max_attempts: int = 5
+    backoff_s: float = 1.0
+    lease_s: float = 300.0
+    idle_poll_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class IndexTotals:
+    conversations: int
+    backlog: int
+    pending: int
+    indexing: int
+    failed: int
+    paused: bool
+
+
+class IndexWorker:
+    def __init__(self, ingest: IngestService, settings: WorkerSettings) -> None:
+        self.ingest = ingest
+        self.queue = ingest.queue
+        self.settings = settings
+        self._stop = threading.Event()
+        self._paused = threading.Event()
+        # Signalled when work arrives or a conversation finishes: wakes idle workers and
+        # WaitForIndexed callers.
+        self._changed = threading.Condition()
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        released = self.queue.release_stale_leases()
+        if released:
+            log.info("index_leases_released", conversations=released)
+        for i in range(self.settings.threads):
+            t = threading.Thread(target=self._run, name=f"index-worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self.notify()
+        for t in self._threads:
+            t.join(timeout)
+
+    def set_paused(self, paused: bool) -> None:
+        if paused:
+            self._paused.set()
+        else:
+            self._paused.clear()
+        self.notify()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused.is_set()
+
+    def notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    # -- the loop -------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            items: list[QueueItem] = []
+            if not self._paused.is_set():
+                try:
+                    items = self.queue.lease(
+                        time.time(), self.settings.lease_s, self.settings.batch_conversations
+                    )
+                except Exception:
+                    log.exception("index_lease_failed")
+            if not items:
+                with self._changed:
+                    self._changed.wait(self.settings.idle_poll_s)
+                continue
+            self.process(items)
+
+    def process(self, items: Sequence[QueueItem]) -> None:
+        """Build each leased conversation, then embed and upsert all their chunks at once."""
+        built: list[tuple[QueueItem, list[ChunkRecord], int]] = []
+        for item in items:
+            try:
+                result = self.ingest.build_for_index(item.conversation_id, item.chunk_version)
+                last = result.turn_range.end if result.turn_range is not None else -1
+                built.append((item, result.chunks, last))
+            except Exception as exc:
+                self._fail(item, exc)
+        if built:
+            # Conversations being reindexed keep their old version searchable until done.
+            for register in (True, False):
+                group = [b for b in built if (not b[0].reindex) == register]
+                if group:
+                    self._upsert(group, register)
+        self.notify()
+
+    def _upsert(
+        self, group: list[tuple[QueueItem, list[ChunkRecord], int]], register: bool
+    ) -> None:
+        records = [r for _, chunks, _ in group for r in chunks]
+        try:
+            result = self.ingest.upsert(records, register_versions=register)
+        except Exception as exc:
+            for item, _, _ in group:
+                self._fail(item, exc)
+            return
+        bad = {e.chunk_id: e.message for e in result.errors}
+        for item, chunks, last in group:
+            errors = [bad[c.chunk_id] for c in chunks if c.chunk_id in bad]
+            if errors:
+                self._fail(item, RuntimeError("; ".join(errors[:3])))
+                continue
+            if not register:
+                self.ingest.events.add_store_versions([(item.conversation_id, item.chunk_version)])
+            self.queue.complete(item.conversation_id, last)
+            log.info(
+                "conversation_indexed",
+                conversation_id=item.conversation_id,
+                chunks=len(chunks),
+                last_turn=last,
+            )
+
+    def _fail(self, item: QueueItem, exc: BaseException) -> None:
+        message = f"{type(exc).__name__}: {exc}"
+        log.warning(
+            "index_failed",
+            conversation_id=item.conversation_id,
+            attempt=item.attempts + 1,
+            error=message[:300],
+        )
+        self.queue.fail(
+            item.conversation_id,
+            message,
+            time.time(),
+            self.settings.max_attempts,
+            self.settings.backoff_s,
+        )
+
+    # -- read your writes -----------------------------------------------------------------
+    def wait_for_indexed(
+        self, conversation_id: str, turn_id: int, timeout_s: float
+    ) -> QueueItem | None:
+        """Until the conversation is indexed through `turn_id` with nothing pending, or the
+        time-out. Returns the last status seen (None: conversation unknown)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = self.queue.status([conversation_id])
+            item = status[0] if status else None
+            if item is not None and item.last_indexed_turn >= turn_id and item.state == "idle":
+                return item
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (item is not None and item.state == "failed"):
+                return item
+            with self._changed:
+                self._changed.wait(min(remaining, 0.1))
+
+    def totals(self) -> IndexTotals:
+        items = self.queue.status()
+        return IndexTotals(
+            conversations=len(items),
+            backlog=sum(i.dirty for i in items),
+            pending=sum(i.state == "pending" for i in items),
+            indexing=sum(i.state == "indexing" for i in items),
+            failed=sum(i.state == "failed" for i in items),
+            paused=self.paused,
+        )
+
+    # -- Reindex --------------------------------------------------------------------------
+    def reindex(self, conversation_ids: Sequence[str], chunk_version: int) -> int:
+        """Queue conversations (all when empty) for a rebuild from the event log."""
+        events = self.ingest.events
+        known = events.conversations()
+        targets = [c for c in conversation_ids if c in set(known)] if conversation_ids else known
+        with events.transaction() as db:
+            for conv in targets:
+                events.reset_indexed(db, conv, chunk_version)
+                live = events.live_turn_count(db, conv)
+                self.queue.enqueue(db, conv, max(1, live), chunk_version, reindex=True)
+        self.notify()
+        return len(targets)

@@ -1,0 +1,137 @@
+"""The asynchronous write path: AppendEvents, the index worker, status, faults, reindex."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+from memsvc.app import Services
+from memsvc.types import SearchFilters, SearchRequest
+from tests.conftest import EN_TURNS, ZH_TURNS, conversation, turn
+
+
+def live(svc: Services, conv: str) -> dict[str, str]:
+    return {c.chunk_id: c.text for c in svc.ingest.list_chunks(conv, False, 1000, "").chunks}
+
+
+def test_append_then_indexed_equals_sync_build(services: Services) -> None:
+    events = conversation("a1", EN_TURNS)
+    result = services.ingest.append(events[:3])
+    assert (result.accepted, result.duplicates, result.errors) == (3, 0, [])
+    services.ingest.append(events[3:])
+    services.worker.notify()
+    item = services.worker.wait_for_indexed("a1", 5, 60)
+    assert item is not None and item.state == "idle" and item.last_indexed_turn == 5
+    assert item.dirty == 0
+    sync = services.ingest.build(
+        [dataclasses.replace(e, conversation_id="a1-sync") for e in events]
+    )
+    assert sorted(live(services, "a1").values()) == sorted(c.text for c in sync.chunks)
+    again = services.ingest.append(events)
+    assert again.accepted == 0 and again.duplicates == len(events)
+
+
+def test_append_rejects_bad_conversation_whole_and_keeps_others(services: Services) -> None:
+    good = conversation("a2", ZH_TURNS[:2])
+    bad = [turn("a3", 0, "ok"), turn("a3", 1, "bad", ts="not a time")]
+    gap = [turn("a4", 0, "x"), turn("a4", 5, "y")]
+    result = services.ingest.append([*good, *bad, *gap])
+    assert result.accepted == 2
+    refs = sorted(e.chunk_id for e in result.errors)
+    assert refs == ["a3#0", "a3#1", "a4#0", "a4#5"]
+    assert any("events[3].timestamp" in e.message for e in result.errors)
+    assert [i.conversation_id for i in services.worker.queue.status()] == ["a2"]
+
+
+def test_model_failure_is_visible_and_recovers(services: Services) -> None:
+    services.worker.set_paused(True)
+    services.ingest.append(conversation("a5", EN_TURNS))
+    status = services.worker.queue.status(["a5"])[0]
+    assert status.state == "pending" and status.dirty == len(EN_TURNS)
+    services.embedder.fault = RuntimeError("injected model failure")
+    try:
+        items = services.worker.queue.lease(0.0, 60, 8)
+        services.worker.process(items)
+        failed = services.worker.queue.status(["a5"])[0]
+        assert failed.state == "pending" and failed.attempts == 1
+        assert "injected model failure" in failed.last_error
+        for _ in range(services.worker.settings.max_attempts):
+            services.worker.process(services.worker.queue.lease(1e12, 60, 8))
+        assert services.worker.queue.status(["a5"])[0].state == "failed"
+    finally:
+        services.embedder.fault = None
+    assert live(services, "a5") == {}
+    # new events (or a Reindex) re-queue a failed conversation; with the fault gone it indexes
+    services.ingest.append([turn("a5", len(EN_TURNS), "One more thing about Biscuit.")])
+    services.worker.set_paused(False)
+    item = services.worker.wait_for_indexed("a5", len(EN_TURNS), 60)
+    assert item is not None and item.state == "idle" and item.last_error == ""
+    assert live(services, "a5")
+
+
+def test_crash_between_build_and_upsert_is_repaired(services: Services) -> None:
+    """Layout written, store never updated (the process died): the next pass rebuilds it."""
+    services.worker.set_paused(True)
+    services.ingest.append(conversation("a6", EN_TURNS))
+    item = services.worker.queue.lease(0.0, 60, 8)[0]
+    services.ingest.build_for_index(item.conversation_id, item.chunk_version)  # then "crash"
+    assert services.worker.queue.release_stale_leases() == 1
+    services.worker.set_paused(False)
+    assert services.worker.wait_for_indexed("a6", len(EN_TURNS) - 1, 60) is not None
+    assert len(live(services, "a6")) == 2
+
+
+def test_concurrent_appends_lose_nothing(services: Services) -> None:
+    errors: list[object] = []
+
+    def client(n: int) -> None:
+        conv = f"cc{n % 4}"
+        for i in range(6):
+            # threads n, n+4, n+8 share a conversation, each with its own turn range
+            t = turn(conv, (n // 4) * 6 + i, f"thread {n} message {i} about topic {n}")
+            r = services.ingest.append([t], allow_gaps=True)
+            errors.extend(r.errors)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for c in range(4):
+        conv = f"cc{c}"
+        item = services.worker.wait_for_indexed(conv, 17, 120)
+        assert item is not None and item.state == "idle", item
+        stored = services.events.live_turns(services.events._conn(), conv)
+        assert [t.turn_id for t in stored] == list(range(18))
+        covered = sorted(
+            {
+                t
+                for ch in services.ingest.list_chunks(conv, False, 1000, "").chunks
+                for t in range(ch.metadata.turn_range.start, ch.metadata.turn_range.end + 1)
+            }
+        )
+        assert covered == list(range(18))
+
+
+def test_reindex_keeps_old_version_until_complete(services: Services) -> None:
+    services.ingest.append(conversation("a7", EN_TURNS))
+    assert services.worker.wait_for_indexed("a7", 5, 60) is not None
+    services.worker.set_paused(True)
+    assert services.worker.reindex(["a7", "unknown"], 2) == 1
+    status = services.worker.queue.status(["a7"])[0]
+    assert status.reindex and status.chunk_version == 2
+    # build + upsert half-way through, as a worker interrupted mid-reindex would leave it
+    item = services.worker.queue.lease(0.0, 60, 8)[0]
+    partial = services.ingest.build_for_index("a7", 2).chunks[:1]
+    services.ingest.upsert(partial, register_versions=False)
+    req = SearchRequest("puppy", 10, SearchFilters(("a7",)))
+    _, _, hits = services.search.search(req)
+    assert hits and {h.metadata.chunk_version for h in hits} == {1}
+    services.worker.queue.release_stale_leases()
+    del item
+    services.worker.set_paused(False)
+    done = services.worker.wait_for_indexed("a7", 5, 60)
+    assert done is not None and not done.reindex
+    _, _, hits = services.search.search(req)
+    assert hits and {h.metadata.chunk_version for h in hits} == {2}
