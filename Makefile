@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 # would pull gigabytes of CUDA wheels.
 TORCH := torch==2.13.0
 
-.PHONY: run test lint proto bench bench-recall bench-ingest clean
+.PHONY: run test lint proto bench-recall bench-ingest bench-async bench-perf clean
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,12 @@ bench-ingest: $(VENV)/.dev
 
 bench-recall: $(VENV)/.dev
 	$(PY) benchmarks/locomo_recall.py $(ARGS)
+
+bench-async: $(VENV)/.dev
+	$(PY) benchmarks/async_ingest.py $(ARGS)
+
+bench-perf: $(VENV)/.dev
+	$(PY) benchmarks/perf.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) data

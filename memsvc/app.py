@@ -32,6 +32,7 @@ class Services:
 
     def close(self) -> None:
         self.worker.stop()
+        self.search.close()
         self.store.close()
         self.events.close()
 

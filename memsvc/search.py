@@ -11,11 +11,12 @@ With MMR the selection changes, the scores do not: hits stay sorted by score.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from memsvc.embedder import Embedder
+from memsvc.embedder import Embedder, QueryBatcher
 from memsvc.errors import InvalidArgument
 from memsvc.eventlog import EventLog
 from memsvc.filters import build_filter_expr
@@ -44,12 +45,17 @@ class SearchService:
         self.events = events
         self.embedder = embedder
         self.tuning = tuning
+        self.queries = QueryBatcher(embedder)
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="keyword")
+
+    def close(self) -> None:
+        self.queries.close()
+        self._pool.shutdown(wait=False)
 
     # -- EmbedChunk / EmbedBatch --------------------------------------------------------
     def embed_query(self, query: str) -> np.ndarray:
         _check_query(query, "query")
-        vector: np.ndarray = self.embedder.encode_queries([query])[0]
-        return vector
+        return self.queries.encode(query)
 
     def embed_batch(self, texts: Sequence[str], is_query: bool) -> np.ndarray:
         if not texts:
@@ -79,16 +85,16 @@ class SearchService:
 
         ranked: list[tuple[StoredChunk, float]]
         if mode is SearchMode.DENSE:
-            ranked = self.store.search_dense(
-                self.embedder.encode_queries([req.query_text])[0], expr, pool
-            )
+            ranked = self.store.search_dense(self.queries.encode(req.query_text), expr, pool)
         elif mode is SearchMode.KEYWORD:
             ranked = self.store.search_keyword(req.query_text, expr, pool)
         else:
-            dense = self.store.search_dense(
-                self.embedder.encode_queries([req.query_text])[0], expr, pool
+            # BM25 needs no vector: run it while the query is being embedded.
+            keyword_future = self._pool.submit(
+                self.store.search_keyword, req.query_text, expr, pool
             )
-            keyword = self.store.search_keyword(req.query_text, expr, pool)
+            dense = self.store.search_dense(self.queries.encode(req.query_text), expr, pool)
+            keyword = keyword_future.result()
             ranked = rrf_fuse(
                 [dense, keyword], [self.tuning.dense_weight, self.tuning.keyword_weight]
             )

@@ -73,3 +73,19 @@ def test_cache_skips_the_model(tmp_path: Path, embedder: Embedder) -> None:
         embedder.fault = None
     assert np.array_equal(first, again)
     assert np.array_equal(first[0], first[2])
+
+
+def test_query_batcher_matches_direct_encoding(embedder: Embedder) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memsvc.embedder import QueryBatcher
+
+    batcher = QueryBatcher(embedder)
+    queries = [f"question number {i} about passports and trips" for i in range(16)]
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(batcher.encode, queries))
+    finally:
+        batcher.close()
+    direct = embedder.encode_queries(queries)
+    assert np.all(np.sum(np.stack(got) * direct, axis=1) > 0.9999)
