@@ -17,7 +17,7 @@ from pathlib import Path
 
 from _common import DEFAULT_EVAL, machine, percentile, to_pb
 
-from memsvc.launch import running_server
+from memsvc.launch import list_all_chunks, running_server
 from memsvc.locomo import load_locomo
 from memsvc.v1 import memory_pb2 as pb
 
@@ -46,19 +46,7 @@ def main() -> None:
                 written += res.upserted + res.updated
                 superseded += len(built.superseded_chunk_ids)
         total_s = time.perf_counter() - start
-        stored = []
-        for conv in convs:
-            token = ""
-            while True:
-                page = stub.ListChunks(
-                    pb.ListChunksRequest(
-                        conversation_id=conv.conversation_id, page_size=1000, page_token=token
-                    )
-                )
-                stored += list(page.chunks)
-                token = page.next_page_token
-                if not token:
-                    break
+        stored = [r for conv in convs for r in list_all_chunks(stub, conv.conversation_id)]
         t = time.perf_counter()
         replay = stub.UpsertVectorRecords(pb.UpsertVectorRecordsRequest(records=stored))
         replay_s = time.perf_counter() - t

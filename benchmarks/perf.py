@@ -32,25 +32,12 @@ from _common import DEFAULT_EVAL, machine, percentile, to_pb
 from memsvc.config import Settings
 from memsvc.embedder import BUNDLED_MODEL_NAME, bundled_model_path, load_embedder
 from memsvc.ids import chunk_id
-from memsvc.launch import running_server
+from memsvc.launch import list_all_chunks, running_server
 from memsvc.locomo import load_locomo
 from memsvc.store import ChunkStore, StoredChunk, content_hash
 from memsvc.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
-
-
-def list_all(stub: pb_grpc.MemoryServiceStub, conv: str) -> list[pb.ChunkRecord]:
-    out: list[pb.ChunkRecord] = []
-    token = ""
-    while True:
-        page = stub.ListChunks(
-            pb.ListChunksRequest(conversation_id=conv, page_size=1000, page_token=token)
-        )
-        out += list(page.chunks)
-        token = page.next_page_token
-        if not token:
-            return out
 
 
 def rss_kib(pid: int) -> int:
@@ -125,7 +112,7 @@ def main() -> None:
                 )
                 stub.UpsertVectorRecords(pb.UpsertVectorRecordsRequest(records=built.chunks))
         sync_s = time.perf_counter() - t
-        records = [r for conv in convs for r in list_all(stub, conv.conversation_id)]
+        records = [r for conv in convs for r in list_all_chunks(stub, conv.conversation_id)]
     texts = [r.text for r in records]
     live = len(records)
     print(f"sync ingest: {live} live chunks in {sync_s:.1f} s", flush=True)

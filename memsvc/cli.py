@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -50,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"memsvc: invalid settings:\n{exc}", file=sys.stderr)
         raise SystemExit(2) from exc
     configure_logging(settings.log_format, settings.log_level)
+    # tqdm reads this when imported: FlagEmbedding's progress bars stay off in a server.
+    os.environ.setdefault("TQDM_DISABLE", "1")
     from memsvc.server import serve
 
     serve(settings)

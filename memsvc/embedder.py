@@ -215,7 +215,6 @@ def _load_flag_model(path: str, pooling: str, instruction: str | None, batch: in
 
 def load_embedder(settings: Settings) -> Embedder:
     """Load the configured model; on failure, the bundled MiniLM model if fallback is allowed."""
-    os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.getLogger("transformers").setLevel(logging.ERROR)
     import torch

@@ -504,6 +504,9 @@ class QueueItem:
     reindex: bool
     last_appended_turn: int = -1
 
+    def indexed_through(self, turn_id: int) -> bool:
+        return self.state == "idle" and self.last_indexed_turn >= turn_id
+
 
 _QUEUE_COLS = (
     "q.conversation_id, q.state, q.chunk_version, q.dirty, q.attempts, q.last_error,"

@@ -1,4 +1,5 @@
-"""Start `memsvc serve` in a child process on a loopback port (benchmarks and crash tests)."""
+"""Start `memsvc serve` in a child process on a loopback port, and client helpers
+(benchmarks and tests)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 
 
@@ -74,3 +76,17 @@ def running_server(data_dir: Path, *extra: str) -> Iterator[tuple[pb_grpc.Memory
         channel.close()
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def list_all_chunks(stub: pb_grpc.MemoryServiceStub, conversation_id: str) -> list[pb.ChunkRecord]:
+    """Every live chunk of a conversation, following ListChunks pages."""
+    out: list[pb.ChunkRecord] = []
+    token = ""
+    while True:
+        page = stub.ListChunks(
+            pb.ListChunksRequest(conversation_id=conversation_id, page_size=1000, page_token=token)
+        )
+        out += list(page.chunks)
+        token = page.next_page_token
+        if not token:
+            return out

@@ -373,8 +373,9 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         item = self.core.worker.wait_for_indexed(conv, request.turn_id, timeout_s)
         if item is None:
             raise NotFound(f"conversation {conv!r} has no appended events")
-        indexed = item.state == "idle" and item.last_indexed_turn >= request.turn_id
-        return pb.WaitForIndexedResponse(indexed=indexed, status=index_status_to_pb(item))
+        return pb.WaitForIndexedResponse(
+            indexed=item.indexed_through(request.turn_id), status=index_status_to_pb(item)
+        )
 
     @rpc(lambda r: {"paused": r.paused})
     def SetIndexingPaused(

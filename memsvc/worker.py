@@ -176,7 +176,7 @@ class IndexWorker:
         while True:
             status = self.queue.status([conversation_id])
             item = status[0] if status else None
-            if item is not None and item.last_indexed_turn >= turn_id and item.state == "idle":
+            if item is not None and item.indexed_through(turn_id):
                 return item
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (item is not None and item.state == "failed"):

@@ -135,3 +135,23 @@ def test_reindex_keeps_old_version_until_complete(services: Services) -> None:
     assert done is not None and not done.reindex
     _, _, hits = services.search.search(req)
     assert hits and {h.metadata.chunk_version for h in hits} == {2}
+
+
+def test_new_store_is_rebuilt_from_the_event_log(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
+    from memsvc.app import build_services
+    from tests.conftest import make_settings
+
+    first = build_services(make_settings(tmp_path), embedder=embedder)
+    try:
+        first.ingest.append(conversation("s1", EN_TURNS))
+        assert first.worker.wait_for_indexed("s1", 5, 60) is not None
+        expected = live(first, "s1")
+    finally:
+        first.close()
+    second = build_services(make_settings(tmp_path, collection="other_chunks"), embedder=embedder)
+    try:
+        item = second.worker.wait_for_indexed("s1", 5, 60)
+        assert item is not None and item.state == "idle"
+        assert live(second, "s1") == expected
+    finally:
+        second.close()

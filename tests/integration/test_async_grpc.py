@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from memsvc.app import Services
-from memsvc.launch import free_port, start_child, wait_serving
+from memsvc.launch import free_port, list_all_chunks, start_child, wait_serving
 from memsvc.locomo import load_locomo
 from memsvc.server import event_to_pb
 from memsvc.v1 import memory_pb2 as pb
@@ -18,16 +18,7 @@ from tests.conftest import EVAL_FILE
 
 
 def list_all(stub: pb_grpc.MemoryServiceStub, conv: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    token = ""
-    while True:
-        page = stub.ListChunks(
-            pb.ListChunksRequest(conversation_id=conv, page_size=1000, page_token=token)
-        )
-        out.update({c.chunk_id: c.text for c in page.chunks})
-        token = page.next_page_token
-        if not token:
-            return out
+    return {c.chunk_id: c.text for c in list_all_chunks(stub, conv)}
 
 
 def test_kill_9_mid_indexing_loses_nothing(tmp_path: Path, services: Services) -> None:
