@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import platform
+
+# Before anything imports tqdm: no progress bars from FlagEmbedding in benchmark output.
+os.environ.setdefault("TQDM_DISABLE", "1")
 from collections.abc import Sequence
 from pathlib import Path
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from _common import DEFAULT_EVAL, ingest, machine, percentile
 
-from memsvc.launch import running_server
+from memsvc.launch import list_all_chunks, running_server
 from memsvc.locomo import load_locomo
 from memsvc.v1 import memory_pb2 as pb
 
@@ -57,8 +57,11 @@ def main() -> None:
         for conv in convs:
             chunks += ingest(stub, conv.events, args.batch_turns)[0]
         ingest_s = time.perf_counter() - t0
+        live = sum(len(list_all_chunks(stub, c.conversation_id)) for c in convs)
         turns = sum(len(c.events) for c in convs)
-        print(f"ingested {turns} turns into {chunks} chunks in {ingest_s:.1f} s")
+        print(
+            f"ingested {turns} turns: {chunks} chunk writes, {live} live chunks, {ingest_s:.1f} s"
+        )
         rows = []
         for mode_name in args.modes.split(","):
             r5 = r10 = rb = 0.0
@@ -102,7 +105,7 @@ def main() -> None:
             )
     head = f"LoCoMo recall, {args.eval.name}, {date.today()}, {machine()}"
     print(f"\n{head}, batch {args.batch_turns} turns, mmr {args.mmr}")
-    print(f"ingest: {turns} turns -> {chunks} chunks in {ingest_s:.1f} s\n")
+    print(f"ingest: {turns} turns -> {chunks} chunk writes, {live} live chunks, {ingest_s:.1f} s\n")
     print(
         "| mode | recall@5 | recall@10 | recall@20 turns | turns/hit"
         " | p50 ms | p99 ms | questions |"

@@ -18,6 +18,7 @@ Stages, each in a fresh data dir:
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import statistics
 import tempfile
 import threading
@@ -88,12 +89,56 @@ def load(
     return clients * per_client / (time.perf_counter() - start), lat
 
 
+def populate(tmp_root: Path, data: Path, serialized: list[bytes], rows: int) -> None:
+    """`rows` chunks over 1,000 conversations: texts of the LoCoMo chunks, their real
+    vectors (from the Build+Upsert store) with a little noise."""
+    records = [pb.ChunkRecord.FromString(b) for b in serialized]
+    live = len(records)
+    name, dim = BUNDLED_MODEL_NAME, 384
+    source = ChunkStore(
+        str((tmp_root / "sync" / "milvus.db").resolve()), "memsvc_chunks", name, dim
+    )
+    vectors = {c.record.chunk_id: c.vector for c in source.query("", with_vectors=True)}
+    source.close()
+    pool_vecs = np.stack([vectors[r.chunk_id] for r in records if r.chunk_id in vectors])
+    data.mkdir(parents=True)
+    store = ChunkStore(str((data / "milvus.db").resolve()), "memsvc_chunks", name, dim)
+    rng = np.random.default_rng(0)
+    batch: list[StoredChunk] = []
+    for n in range(rows):
+        conv, k = f"conv-{n % 1000:04d}", n // 1000
+        src = records[n % live]
+        vec = pool_vecs[n % len(pool_vecs)] + rng.normal(0, 0.02, dim).astype(np.float32)
+        meta = ChunkMetadata(
+            conversation_id=conv,
+            turn_range=TurnRange(2 * k, 2 * k + 3),
+            timestamp_range=TimestampRange(
+                src.metadata.timestamp_range.start, src.metadata.timestamp_range.end
+            ),
+            participants=tuple(src.metadata.participants),
+            speakers=tuple(src.metadata.speakers),
+            intent_tag=src.metadata.intent_tag,
+            chunk_version=1,
+        )
+        rec = ChunkRecord(chunk_id(conv, 2 * k, 2 * k + 3, 1), src.text, meta)
+        batch.append(StoredChunk(rec, content_hash(rec), vec / np.linalg.norm(vec)))
+        if len(batch) == 2000:
+            store.upsert(batch)
+            batch = []
+    store.upsert(batch)
+    store._client.flush(store.collection)
+    store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--eval", type=Path, default=DEFAULT_EVAL)
     parser.add_argument("--conversations", type=int, default=2)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--no-query", dest="query", action="store_false", help="skip the query-load stage"
+    )
     args = parser.parse_args()
     convs = load_locomo(args.eval)[: args.conversations]
     questions = [q.question for c in load_locomo(args.eval) for q in c.questions][:500]
@@ -194,112 +239,87 @@ def main() -> None:
         )
     )
 
-    # 4. query load over --rows chunks in 1,000 conversations
-    data = tmp_root / "query"
-    embedder_name, dim = BUNDLED_MODEL_NAME, 384
-    source = ChunkStore(
-        str((tmp_root / "sync" / "milvus.db").resolve()), "memsvc_chunks", embedder_name, dim
-    )
-    vectors = {c.record.chunk_id: c.vector for c in source.query("", with_vectors=True)}
-    source.close()
-    pool_vecs = np.stack([vectors[r.chunk_id] for r in records if r.chunk_id in vectors])
-    data.mkdir(parents=True)
-    store = ChunkStore(str((data / "milvus.db").resolve()), "memsvc_chunks", embedder_name, dim)
-    rng = np.random.default_rng(0)
-    t = time.perf_counter()
-    batch: list[StoredChunk] = []
-    for n in range(args.rows):
-        conv, k = f"conv-{n % 1000:04d}", n // 1000
-        src = records[n % live]
-        vec = pool_vecs[n % len(pool_vecs)] + rng.normal(0, 0.02, dim).astype(np.float32)
-        meta = ChunkMetadata(
-            conversation_id=conv,
-            turn_range=TurnRange(2 * k, 2 * k + 3),
-            timestamp_range=TimestampRange(
-                src.metadata.timestamp_range.start, src.metadata.timestamp_range.end
-            ),
-            participants=tuple(src.metadata.participants),
-            speakers=tuple(src.metadata.speakers),
-            intent_tag=src.metadata.intent_tag,
-            chunk_version=1,
+    if args.query:
+        # 4. query load over --rows chunks in 1,000 conversations. Written from a child process:
+        # Milvus Lite keeps its file locked until the process that opened it exits.
+        data = tmp_root / "query"
+        t = time.perf_counter()
+        child = mp.get_context("spawn").Process(
+            target=populate,
+            args=(tmp_root, data, [r.SerializeToString() for r in records], args.rows),
         )
-        rec = ChunkRecord(chunk_id(conv, 2 * k, 2 * k + 3, 1), src.text, meta)
-        batch.append(StoredChunk(rec, content_hash(rec), vec / np.linalg.norm(vec)))
-        if len(batch) == 2000:
-            store.upsert(batch)
-            batch = []
-    store.upsert(batch)
-    store._client.flush(store.collection)
-    store.close()
-    print(f"wrote {args.rows} rows in {time.perf_counter() - t:.0f} s", flush=True)
+        child.start()
+        child.join()
+        assert child.exitcode == 0, "populating the query store failed"
+        print(f"wrote {args.rows} rows in {time.perf_counter() - t:.0f} s", flush=True)
 
-    def scoped(i: int) -> pb.EmbedDbRequest:
-        return pb.EmbedDbRequest(
-            query_text=questions[i % len(questions)],
-            filters=pb.SearchFilters(conversation_ids=[f"conv-{(i * 7919) % 1000:04d}"]),
-        )
+        def scoped(i: int) -> pb.EmbedDbRequest:
+            return pb.EmbedDbRequest(
+                query_text=questions[i % len(questions)],
+                filters=pb.SearchFilters(conversation_ids=[f"conv-{(i * 7919) % 1000:04d}"]),
+            )
 
-    def scoped_dense(i: int) -> pb.EmbedDbRequest:
-        req = scoped(i)
-        req.mode = pb.SEARCH_MODE_DENSE
-        return req
+        def scoped_dense(i: int) -> pb.EmbedDbRequest:
+            req = scoped(i)
+            req.mode = pb.SEARCH_MODE_DENSE
+            return req
 
-    def unscoped(i: int) -> pb.EmbedDbRequest:
-        return pb.EmbedDbRequest(query_text=questions[i % len(questions)])
+        def unscoped(i: int) -> pb.EmbedDbRequest:
+            return pb.EmbedDbRequest(query_text=questions[i % len(questions)])
 
-    with running_server(data) as (stub, pid):
-        load(stub, 1, 20, scoped)  # warm-up
-        results: dict[str, list[tuple[float, list[float]]]] = {}
-        for _ in range(args.repeats):
-            for name, clients, per, make in (
-                ("scoped hybrid, 1 client", 1, 100, scoped),
-                ("scoped dense, 1 client", 1, 100, scoped_dense),
-                ("scoped hybrid, 4 clients", 4, 50, scoped),
-                ("scoped hybrid, 8 clients", 8, 30, scoped),
-                ("unscoped hybrid, 1 client", 1, 50, unscoped),
-            ):
-                results.setdefault(name, []).append(load(stub, clients, per, make))
-        lat_embed = []
-        for i in range(200):
-            t = time.perf_counter()
-            stub.EmbedChunk(pb.EmbedChunkRequest(query=questions[i % len(questions)]))
-            lat_embed.append((time.perf_counter() - t) * 1000)
-        server_rss = rss_kib(pid)
-        milvus_rss = sum(rss_kib(c) for c in children(pid))
-    for name, runs in results.items():
-        qps = statistics.median(r[0] for r in runs)
-        p50 = statistics.median(percentile(r[1], 50) for r in runs)
-        p99 = statistics.median(percentile(r[1], 99) for r in runs)
-        target = ""
-        if name.startswith("scoped hybrid, 1"):
-            target = "p50 <= 15 ms, p99 <= 40 ms"
+        with running_server(data) as (stub, pid):
+            load(stub, 1, 20, scoped)  # warm-up
+            results: dict[str, list[tuple[float, list[float]]]] = {}
+            for _ in range(args.repeats):
+                for name, clients, per, make in (
+                    ("scoped hybrid, 1 client", 1, 100, scoped),
+                    ("scoped dense, 1 client", 1, 100, scoped_dense),
+                    ("scoped hybrid, 4 clients", 4, 50, scoped),
+                    ("scoped hybrid, 8 clients", 8, 30, scoped),
+                    ("unscoped hybrid, 1 client", 1, 50, unscoped),
+                ):
+                    results.setdefault(name, []).append(load(stub, clients, per, make))
+            lat_embed = []
+            for i in range(200):
+                t = time.perf_counter()
+                stub.EmbedChunk(pb.EmbedChunkRequest(query=questions[i % len(questions)]))
+                lat_embed.append((time.perf_counter() - t) * 1000)
+            server_rss = rss_kib(pid)
+            milvus_rss = sum(rss_kib(c) for c in children(pid))
+        for name, runs in results.items():
+            qps = statistics.median(r[0] for r in runs)
+            p50 = statistics.median(percentile(r[1], 50) for r in runs)
+            p99 = statistics.median(percentile(r[1], 99) for r in runs)
+            target = ""
+            if name.startswith("scoped hybrid, 1"):
+                target = "p50 <= 15 ms, p99 <= 40 ms"
+            report.append(
+                (
+                    name,
+                    target,
+                    f"{qps:.1f} q/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms",
+                    f"median of {args.repeats}",
+                )
+            )
+        one = statistics.median(r[0] for r in results["scoped hybrid, 1 client"])
+        four = statistics.median(r[0] for r in results["scoped hybrid, 4 clients"])
+        report.append(("throughput 4 clients / 1 client", ">= 1.6x", f"{four / one:.2f}x", ""))
         report.append(
             (
-                name,
-                target,
-                f"{qps:.1f} q/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms",
-                f"median of {args.repeats}",
+                "EmbedChunk over gRPC, one short query",
+                "p50 <= 8 ms",
+                f"p50 {percentile(lat_embed, 50):.1f} ms, p99 {percentile(lat_embed, 99):.1f} ms",
+                "200 calls",
             )
         )
-    one = statistics.median(r[0] for r in results["scoped hybrid, 1 client"])
-    four = statistics.median(r[0] for r in results["scoped hybrid, 4 clients"])
-    report.append(("throughput 4 clients / 1 client", ">= 1.6x", f"{four / one:.2f}x", ""))
-    report.append(
-        (
-            "EmbedChunk over gRPC, one short query",
-            "p50 <= 8 ms",
-            f"p50 {percentile(lat_embed, 50):.1f} ms, p99 {percentile(lat_embed, 99):.1f} ms",
-            "200 calls",
+        report.append(
+            (
+                f"server RSS with {args.rows} chunks",
+                "report",
+                f"{server_rss / 1024:.0f} MiB server + {milvus_rss / 1024:.0f} MiB milvus-lite",
+                "",
+            )
         )
-    )
-    report.append(
-        (
-            f"server RSS with {args.rows} chunks",
-            "report",
-            f"{server_rss / 1024:.0f} MiB server + {milvus_rss / 1024:.0f} MiB milvus-lite",
-            "",
-        )
-    )
 
     # 5. the lean in-process query path
     emb = load_embedder(Settings(embed_model=BUNDLED_MODEL_NAME, data_dir=tmp_root / "model"))

@@ -148,51 +148,59 @@ class Embedder:
         return [len(x) for x in ids]
 
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
-        """Passages through FlagModel.encode_corpus (length-sorted batches)."""
+        """Passages, length-sorted into batches of `batch_size`.
+
+        The same tokenizer, model, pooling and normalisation as FlagModel.encode_corpus,
+        without its per-call set-up: FlagEmbedding runs the first batch twice on every call
+        (a batch-size probe), which doubles the cost of the small batches an upsert sends.
+        """
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        lengths = [
+            len(ids)
+            for ids in self._tokenizer(list(texts), truncation=True, max_length=MAX_TOKENS)[
+                "input_ids"
+            ]
+        ]
+        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
         with self._lock:
             self._check_fault()
-            try:
-                out = self._flag.encode_corpus(
-                    list(texts), batch_size=self.batch_size, max_length=MAX_TOKENS
-                )
-            except Exception as exc:
-                raise EmbedderError(f"embedding failed: {exc}") from exc
-        return np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim)
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                out[idx] = self._forward([texts[i] for i in idx])
+        return out
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Queries, with the model's instruction. A lean forward pass: the same tokenizer,
-        model, pooling and normalisation as FlagModel.encode_queries, without its per-call
-        set-up (device moves, pre-tokenising pass, progress bars)."""
+        """Queries, with the model's instruction, in one forward pass (a lean path: no
+        per-call set-up, no pre-tokenising pass)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         instruction = self.info.query_instruction or ""
-        batch = [instruction + t for t in texts]
-        torch = self._torch
         with self._lock:
             self._check_fault()
-            try:
-                with torch.inference_mode():
-                    inputs = self._tokenizer(
-                        batch,
-                        padding=True,
-                        truncation=True,
-                        max_length=MAX_TOKENS,
-                        return_tensors="pt",
-                    )
-                    hidden = self._model(**inputs, return_dict=True).last_hidden_state
-                    mask = inputs["attention_mask"]
-                    if self.info.pooling == "mean":
-                        summed = (hidden * mask.unsqueeze(-1).float()).sum(dim=1)
-                        pooled = summed / mask.sum(dim=1, keepdim=True).float()
-                    else:
-                        pooled = hidden[:, 0]
-                    pooled = torch.nn.functional.normalize(pooled, dim=-1)
-                    out: np.ndarray = pooled.numpy().astype(np.float32)
-                    return out
-            except Exception as exc:
-                raise EmbedderError(f"embedding failed: {exc}") from exc
+            return self._forward([instruction + t for t in texts])
+
+    def _forward(self, batch: list[str]) -> np.ndarray:
+        """Tokenise (truncating at the model's 512), forward, pool, L2-normalise."""
+        torch = self._torch
+        try:
+            with torch.inference_mode():
+                inputs = self._tokenizer(
+                    batch, padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="pt"
+                )
+                hidden = self._model(**inputs, return_dict=True).last_hidden_state
+                mask = inputs["attention_mask"]
+                if self.info.pooling == "mean":
+                    summed = (hidden * mask.unsqueeze(-1).float()).sum(dim=1)
+                    pooled = summed / mask.sum(dim=1, keepdim=True).float()
+                else:
+                    pooled = hidden[:, 0]
+                pooled = torch.nn.functional.normalize(pooled, dim=-1)
+                out: np.ndarray = pooled.numpy().astype(np.float32)
+                return out
+        except Exception as exc:
+            raise EmbedderError(f"embedding failed: {exc}") from exc
 
     def _check_fault(self) -> None:
         if self.fault is not None:

@@ -28,6 +28,7 @@ def free_port() -> int:
 def start_child(data_dir: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env.setdefault("MEMSVC_EMBED_MODEL", "sentence-transformers/all-MiniLM-L6-v2")
+    env.setdefault("TQDM_DISABLE", "1")
     return subprocess.Popen(
         [
             sys.executable,

@@ -37,6 +37,13 @@ def test_lean_query_path_matches_flagembedding(embedder: Embedder) -> None:
     assert np.all(cosines > 0.9999)
 
 
+def test_passage_path_matches_flagembedding(embedder: Embedder) -> None:
+    passages = ["short", "a cat sat on the mat " * 5, "我的护照在抽屉里。" * 10, "long text " * 400]
+    ours = embedder.encode_passages(passages)
+    reference = np.asarray(embedder._flag.encode_corpus(passages, max_length=512), dtype=np.float32)
+    assert np.all(np.sum(ours * reference, axis=1) > 0.9999)
+
+
 def test_similar_texts_are_closer(embedder: Embedder) -> None:
     q = embedder.encode_queries(["where did I leave my passport"])[0]
     p = embedder.encode_passages(
