@@ -220,6 +220,8 @@ class ChunkStore:
         index = c.prepare_index_params()
         index.add_index("vector", index_type="FLAT", metric_type="IP")
         index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+        # Nearly every search is scoped to one conversation: index the filter field.
+        index.add_index("conversation_id", index_type="INVERTED")
         c.create_collection(
             self.collection, schema=schema, index_params=index, consistency_level="Strong"
         )
