@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     query_instruction: str | None = Field(
         None, description="query instruction; unset = the model's known default"
     )
-    embed_batch_size: int = Field(32, ge=1, le=1024)
+    embed_batch_size: int = Field(16, ge=1, le=1024, description="passages per forward pass")
     torch_threads: int = Field(0, ge=0, description="0 = number of CPU cores")
     chunk_version: int = Field(1, ge=1, description="default chunk_version")
     chunk_max_turns: int = Field(4, ge=1, le=64, description="turns per window at most")
