@@ -338,9 +338,12 @@ class EventLog:
 
     def mark_indexed(self, pairs: Iterable[tuple[str, str]]) -> None:
         """(chunk_id, text_hash) now in the vector store with that text."""
+        rows = list(pairs)
+        if not rows:
+            return
         with self.transaction() as db:
             db.executemany(
-                "UPDATE layout SET indexed = 1 WHERE chunk_id = ? AND text_hash = ?", list(pairs)
+                "UPDATE layout SET indexed = 1 WHERE chunk_id = ? AND text_hash = ?", rows
             )
 
     def forget_store(self, db: sqlite3.Connection) -> None:

@@ -262,7 +262,6 @@ class IngestService:
                 continue
             seen.add(r.chunk_id)
             valid.append(r)
-        valid = self._drop_too_long(valid, errors)
         superseded = self.events.superseded_among([r.chunk_id for r in valid])
         for r in valid:
             if r.chunk_id in superseded:
@@ -275,22 +274,28 @@ class IngestService:
 
         ids = [r.chunk_id for r in valid]
         hashes = {r.chunk_id: content_hash(r) for r in valid}
-        existing = self.store.get(ids, with_vectors=True)
-        # Embed outside the write lock: the model is the slow part.
-        need_text = [
-            r.text
+        # Scalar fields only: an identical replay needs nothing more, so it stays cheap.
+        existing = self.store.get(ids)
+        fresh = [
+            r
             for r in valid
             if r.chunk_id not in existing or existing[r.chunk_id].record.text != r.text
         ]
+        ok = self._drop_too_long(fresh, errors)
+        too_long = {r.chunk_id for r in fresh} - {r.chunk_id for r in ok}
+        valid = [r for r in valid if r.chunk_id not in too_long]
+        need_text = [r.text for r in ok]
+        # Embed outside the write lock: the model is the slow part.
         vectors = dict(
             zip(need_text, embed_passages_cached(self.embedder, self.cache, need_text), strict=True)
         )
         with self.store.write_lock:
             # Re-read under the lock: a delete may have landed while we embedded.
-            existing = self.store.get(ids, with_vectors=True)
-            layout = self.events.layout_rows(ids)
+            existing = self.store.get([r.chunk_id for r in valid])
+            layout = self.events.layout_rows([r.chunk_id for r in valid])
             writes: list[StoredChunk] = []
             stored_ok: list[ChunkRecord] = []
+            reuse: list[ChunkRecord] = []  # same text, new metadata: keep the stored vector
             upserted = updated = unchanged = 0
             for r in valid:
                 old = existing.get(r.chunk_id)
@@ -312,23 +317,37 @@ class IngestService:
                     unchanged += 1
                     stored_ok.append(r)
                     continue
-                vector = vectors.get(r.text)
-                if vector is None:
-                    assert old is not None and old.vector is not None
-                    vector = old.vector
-                writes.append(StoredChunk(r, hashes[r.chunk_id], vector))
+                if r.text in vectors:
+                    writes.append(StoredChunk(r, hashes[r.chunk_id], vectors[r.text]))
+                else:
+                    reuse.append(r)
                 if old is None:
                     upserted += 1
                 else:
                     updated += 1
+            if reuse:
+                old_vectors = self.store.get([r.chunk_id for r in reuse], with_vectors=True)
+                writes += [
+                    StoredChunk(r, hashes[r.chunk_id], old_vectors[r.chunk_id].vector)
+                    for r in reuse
+                ]
             self.store.upsert(writes)
-        self.events.mark_indexed(
-            (r.chunk_id, text_hash(r.text)) for r in [*stored_ok, *(w.record for w in writes)]
-        )
-        self.events.add_store_versions(
-            {(w.record.metadata.conversation_id, w.record.metadata.chunk_version) for w in writes},
-            complete=register_versions,
-        )
+        # Crash repair bookkeeping: only layout rows not yet known to be in the store.
+        now_stored = []
+        for r in [*stored_ok, *(w.record for w in writes)]:
+            entry = layout.get(r.chunk_id)
+            th = text_hash(r.text)
+            if entry is not None and (not entry.indexed or entry.text_hash != th):
+                now_stored.append((r.chunk_id, th))
+        self.events.mark_indexed(now_stored)
+        if writes:
+            self.events.add_store_versions(
+                {
+                    (w.record.metadata.conversation_id, w.record.metadata.chunk_version)
+                    for w in writes
+                },
+                complete=register_versions,
+            )
         retired = self._retire_superseded(sorted({r.metadata.conversation_id for r in valid}))
         return UpsertResult(upserted, updated, unchanged, retired, errors)
 

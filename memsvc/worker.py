@@ -57,6 +57,9 @@ class IndexWorker:
         # WaitForIndexed callers.
         self._changed = threading.Condition()
         self._threads: list[threading.Thread] = []
+        # Held by a worker from lease to the end of processing: pausing waits on it, so
+        # once set_paused(True) returns no batch is in flight.
+        self._cycle = threading.Lock()
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -75,8 +78,11 @@ class IndexWorker:
             t.join(timeout)
 
     def set_paused(self, paused: bool) -> None:
+        """Pause: returns once the batch in flight (if any) is finished."""
         if paused:
             self._paused.set()
+            with self._cycle:
+                pass
         else:
             self._paused.clear()
         self.notify()
@@ -92,19 +98,20 @@ class IndexWorker:
     # -- the loop -------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
-            items: list[QueueItem] = []
-            if not self._paused.is_set():
-                try:
-                    items = self.queue.lease(
-                        time.time(), self.settings.lease_s, self.settings.batch_conversations
-                    )
-                except Exception:
-                    log.exception("index_lease_failed")
-            if not items:
-                with self._changed:
-                    self._changed.wait(self.settings.idle_poll_s)
-                continue
-            self.process(items)
+            with self._cycle:
+                items: list[QueueItem] = []
+                if not self._paused.is_set():
+                    try:
+                        items = self.queue.lease(
+                            time.time(), self.settings.lease_s, self.settings.batch_conversations
+                        )
+                    except Exception:
+                        log.exception("index_lease_failed")
+                if items:
+                    self.process(items)
+                    continue
+            with self._changed:
+                self._changed.wait(self.settings.idle_poll_s)
 
     def process(self, items: Sequence[QueueItem]) -> None:
         """Build each leased conversation, then embed and upsert all their chunks at once."""

@@ -194,7 +194,8 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SetIndexingPaused(self, request, context):
-        """Pause or resume the index worker (appends are still accepted while paused).
+        """Pause or resume the index worker (appends are still accepted while paused). Pausing
+        returns once the batch in flight, if any, has finished.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
