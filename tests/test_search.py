@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from memsvc.app import Services
+from memsvc.errors import InvalidArgument
+from memsvc.ids import chunk_id
+from memsvc.search import dedup_text, mmr_select, rrf_fuse
+from memsvc.store import StoredChunk
+from memsvc.types import (
+    ChunkMetadata,
+    ChunkRecord,
+    SearchFilters,
+    SearchMode,
+    SearchRequest,
+    TimestampRange,
+    TurnRange,
+)
+from tests.conftest import EN_TURNS, conversation
+
+
+def chunk(n: int, text: str, vec: list[float]) -> StoredChunk:
+    meta = ChunkMetadata("c", TurnRange(n, n), TimestampRange(), (), ("user",), "other", 1)
+    v = np.asarray(vec, dtype=np.float32)
+    return StoredChunk(ChunkRecord(chunk_id("c", n, n, 1), text, meta), "", v / np.linalg.norm(v))
+
+
+def test_rrf_rank_one_everywhere_scores_one() -> None:
+    a, b, c = chunk(0, "a", [1, 0]), chunk(1, "b", [0, 1]), chunk(2, "c", [1, 1])
+    fused = rrf_fuse([[(a, 0.9), (b, 0.5)], [(a, 7.0), (c, 3.0)]], [1.0, 1.0])
+    assert fused[0][0] is a and fused[0][1] == pytest.approx(1.0)
+    assert {x.record.text for x, _ in fused[1:]} == {"b", "c"}
+    assert fused[1][1] == pytest.approx(fused[2][1])  # both ranked second once
+    weighted = rrf_fuse([[(b, 0.9)], [(c, 1.0)]], [1.0, 3.0])
+    assert weighted[0][0] is c
+
+
+def test_dedup_keeps_best_of_identical_texts() -> None:
+    a, a2, b = chunk(0, "same", [1, 0]), chunk(1, "same", [1, 0]), chunk(2, "other", [0, 1])
+    assert [x.record.chunk_id for x, _ in dedup_text([(a, 0.9), (a2, 0.8), (b, 0.7)])] == [
+        a.record.chunk_id,
+        b.record.chunk_id,
+    ]
+
+
+def test_mmr_prefers_diverse_candidates() -> None:
+    a, a2, b = chunk(0, "a", [1, 0]), chunk(1, "a2", [0.99, 0.01]), chunk(2, "b", [0, 1])
+    ranked = [(a, 0.9), (a2, 0.89), (b, 0.5)]
+    vectors = {c.record.chunk_id: c for c, _ in ranked}
+    assert [c.record.text for c, _ in mmr_select(ranked, vectors, 2, 1.0)] == ["a", "a2"]
+    assert [c.record.text for c, _ in mmr_select(ranked, vectors, 2, 0.3)] == ["a", "b"]
+
+
+def test_filters_hold_in_every_mode(services: Services) -> None:
+    for conv in ("s1", "s2"):
+        built = services.ingest.build(conversation(conv, EN_TURNS))
+        services.ingest.upsert(built.chunks)
+    services.ingest.delete("s1", TurnRange(0, 1), [])
+    base = SearchRequest("golden retriever hiking", 10, SearchFilters(conversation_ids=("s1",)))
+    for mode in SearchMode:
+        for mmr in (0.0, 0.5):
+            req = dataclasses.replace(base, mode=mode, mmr_lambda=mmr)
+            got_mode, top_k, hits = services.search.search(req)
+            assert got_mode is mode and top_k == 10
+            assert hits, (mode, mmr)
+            assert {h.metadata.conversation_id for h in hits} == {"s1"}
+            assert not any(h.metadata.deleted for h in hits)
+            scores = [h.score for h in hits]
+            assert scores == sorted(scores, reverse=True)
+            late = dataclasses.replace(
+                req,
+                filters=SearchFilters(
+                    ("s1", "s2"),
+                    timestamp_range=TimestampRange(start="2026-02-02T10:04:00+08:00"),
+                    speakers=("assistant",),
+                ),
+            )
+            _, _, hits = services.search.search(late)
+            assert hits and all(h.metadata.timestamp_range.end >= "2026-02-02T10:04" for h in hits)
+            assert all("assistant" in h.metadata.speakers for h in hits)
+
+
+def test_search_rejects_bad_requests(services: Services) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        services.search.search(SearchRequest("q", mmr_lambda=1.5))
+    assert err.value.field == "mmr_lambda"
+    with pytest.raises(InvalidArgument) as err:
+        services.search.embed_batch([], False)
+    assert err.value.field == "texts"
