@@ -100,18 +100,21 @@ class IngestService:
         with self.events.transaction() as db:
             self._store_events(db, conv, rows, allow_gaps)
             result = self._rebuild(db, conv, version)
-        if result.superseded_chunk_ids and not result.chunks:
-            # Nothing replaces them, so no upsert will come to retire them: do it now.
-            self._retire_superseded([conv])
+        self._retire_unreplaced(result)
         return result
 
     def build_for_index(self, conversation_id: str, chunk_version: int) -> BuildResult:
         """The worker's build: also re-renders chunks a crash left out of the store."""
         with self.events.transaction() as db:
             result = self._rebuild(db, conversation_id, chunk_version, include_unindexed=True)
-        if result.superseded_chunk_ids and not result.chunks:
-            self._retire_superseded([conversation_id])
+        self._retire_unreplaced(result)
         return result
+
+    def _retire_unreplaced(self, result: BuildResult) -> None:
+        """Superseded chunks with nothing replacing them get no upsert to retire them on:
+        retire them now."""
+        if result.superseded_chunk_ids and not result.chunks:
+            self._retire_superseded([result.conversation_id])
 
     def _store_events(
         self, db: sqlite3.Connection, conv: str, rows: list[EventRow], allow_gaps: bool
@@ -136,10 +139,7 @@ class IngestService:
         """Durably log events of any number of conversations and queue them for indexing.
         A conversation with a bad event is rejected whole (its events are listed in
         `errors`); the others are written."""
-        if not events:
-            raise InvalidArgument("events", "must not be empty")
-        if len(events) > validation.MAX_EVENTS_PER_CALL:
-            raise InvalidArgument("events", f"at most {validation.MAX_EVENTS_PER_CALL} events")
+        validation.event_count(events)
         by_conv: dict[str, list[tuple[int, MemoryEvent]]] = {}
         for i, e in enumerate(events):
             by_conv.setdefault(e.conversation_id, []).append((i, e))
@@ -147,12 +147,7 @@ class IngestService:
         good: dict[str, list[EventRow]] = {}
         for conv, items in by_conv.items():
             try:
-                seen: set[int] = set()
-                for i, e in items:
-                    validation.event(e, f"events[{i}]")
-                    if e.turn_id in seen:
-                        raise InvalidArgument(f"events[{i}].turn_id", f"duplicate {e.turn_id}")
-                    seen.add(e.turn_id)
+                validation.conversation_events(items, conv)
             except InvalidArgument as exc:
                 errors += [RecordError(_event_ref(e), str(exc)) for _, e in items]
                 continue

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from memsvc.errors import InvalidArgument
 from memsvc.ids import chunk_id as compute_chunk_id
@@ -54,15 +54,26 @@ def speaker(value: str, field: str) -> str:
     return value
 
 
-def events(items: Sequence[MemoryEvent]) -> str:
-    """Checks a BuildIncrementalChunks / AppendEvents batch; returns its conversation_id."""
+def event_count(items: Sequence[MemoryEvent]) -> None:
     if not items:
         raise InvalidArgument("events", "must not be empty")
     if len(items) > MAX_EVENTS_PER_CALL:
         raise InvalidArgument("events", f"at most {MAX_EVENTS_PER_CALL} events per call")
+
+
+def events(items: Sequence[MemoryEvent]) -> str:
+    """Checks a BuildIncrementalChunks batch (one conversation); returns its conversation_id."""
+    event_count(items)
     conv = conversation_id(items[0].conversation_id, "events[0].conversation_id")
+    conversation_events(enumerate(items), conv)
+    return conv
+
+
+def conversation_events(indexed: Iterable[tuple[int, MemoryEvent]], conv: str) -> None:
+    """Each event valid, all of conversation `conv`, no turn_id twice; `indexed` pairs
+    each event with its position in the request, which the field names use."""
     seen: set[int] = set()
-    for i, e in enumerate(items):
+    for i, e in indexed:
         event(e, f"events[{i}]")
         if e.conversation_id != conv:
             raise InvalidArgument(
@@ -72,7 +83,6 @@ def events(items: Sequence[MemoryEvent]) -> str:
         if e.turn_id in seen:
             raise InvalidArgument(f"events[{i}].turn_id", f"duplicate turn_id {e.turn_id}")
         seen.add(e.turn_id)
-    return conv
 
 
 def event(e: MemoryEvent, field: str) -> None:
