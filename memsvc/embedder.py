@@ -156,19 +156,16 @@ class Embedder:
         """
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        lengths = [
-            len(ids)
-            for ids in self._tokenizer(list(texts), truncation=True, max_length=MAX_TOKENS)[
-                "input_ids"
-            ]
-        ]
-        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+        # Tokenise once; sort by length so each batch pads little, as FlagEmbedding does.
+        encoded = self._tokenizer(list(texts), truncation=True, max_length=MAX_TOKENS)
+        order = sorted(range(len(texts)), key=lambda i: -len(encoded["input_ids"][i]))
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         with self._lock:
             self._check_fault()
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
-                out[idx] = self._forward([texts[i] for i in idx])
+                batch = {key: [encoded[key][i] for i in idx] for key in encoded}
+                out[idx] = self._forward(self._tokenizer.pad(batch, return_tensors="pt"))
         return out
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
@@ -179,16 +176,20 @@ class Embedder:
         instruction = self.info.query_instruction or ""
         with self._lock:
             self._check_fault()
-            return self._forward([instruction + t for t in texts])
+            inputs = self._tokenizer(
+                [instruction + t for t in texts],
+                padding=True,
+                truncation=True,
+                max_length=MAX_TOKENS,
+                return_tensors="pt",
+            )
+            return self._forward(inputs)
 
-    def _forward(self, batch: list[str]) -> np.ndarray:
-        """Tokenise (truncating at the model's 512), forward, pool, L2-normalise."""
+    def _forward(self, inputs: Any) -> np.ndarray:
+        """Forward a padded batch, pool, L2-normalise."""
         torch = self._torch
         try:
             with torch.inference_mode():
-                inputs = self._tokenizer(
-                    batch, padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="pt"
-                )
                 hidden = self._model(**inputs, return_dict=True).last_hidden_state
                 mask = inputs["attention_mask"]
                 if self.info.pooling == "mean":

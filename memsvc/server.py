@@ -351,7 +351,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     ) -> pb.GetIndexStatusResponse:
         worker = self.core.worker
         items = worker.queue.status(list(request.conversation_ids))
-        totals = worker.totals()
+        totals = worker.totals(None if request.conversation_ids else items)
         return pb.GetIndexStatusResponse(
             conversations=[index_status_to_pb(i) for i in items],
             total_conversations=totals.conversations,

@@ -191,8 +191,9 @@ class IndexWorker:
             with self._changed:
                 self._changed.wait(min(remaining, 0.1))
 
-    def totals(self) -> IndexTotals:
-        items = self.queue.status()
+    def totals(self, items: Sequence[QueueItem] | None = None) -> IndexTotals:
+        """Totals over every conversation (`items`: the full status, if already read)."""
+        items = self.queue.status() if items is None else items
         return IndexTotals(
             conversations=len(items),
             backlog=sum(i.dirty for i in items),
