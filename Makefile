@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 # would pull gigabytes of CUDA wheels.
 TORCH := torch==2.13.0
 
-.PHONY: run test lint proto bench-recall bench-ingest bench-async bench-perf clean
+.PHONY: run test eval lint proto bench-recall bench-ingest bench-async bench-perf clean
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,9 +25,16 @@ run: $(VENV)/.base
 test: $(VENV)/.dev
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
+# LoCoMo checks on real conversations (data outside the repo, CC BY-NC 4.0).
+EVAL_FILE ?= ../shared/eval/locomo-dev.json
+eval: $(VENV)/.dev
+	@test -f "$(EVAL_FILE)" || { echo "make eval: $(EVAL_FILE) not found." \
+		"Point EVAL_FILE at LoCoMo's locomo-dev.json: make eval EVAL_FILE=/path/to/file" >&2; exit 2; }
+	EVAL_FILE="$(abspath $(EVAL_FILE))" $(PY) -m pytest -q -s evals $(PYTEST_ARGS)
+
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check memsvc tests benchmarks
-	$(VENV)/bin/ruff format --check memsvc tests benchmarks
+	$(VENV)/bin/ruff check memsvc tests evals benchmarks
+	$(VENV)/bin/ruff format --check memsvc tests evals benchmarks
 	$(VENV)/bin/mypy memsvc
 
 # Regenerate memsvc/v1 from proto/ (generated code is checked in; tests/test_proto.py
@@ -37,16 +44,16 @@ proto: $(VENV)/.dev
 		proto/memsvc/v1/memory.proto
 
 bench-ingest: $(VENV)/.dev
-	$(PY) benchmarks/locomo_ingest.py $(ARGS)
+	PYTHONPATH=. $(PY) benchmarks/locomo_ingest.py $(ARGS)
 
 bench-recall: $(VENV)/.dev
-	$(PY) benchmarks/locomo_recall.py $(ARGS)
+	PYTHONPATH=. $(PY) benchmarks/locomo_recall.py $(ARGS)
 
 bench-async: $(VENV)/.dev
-	$(PY) benchmarks/async_ingest.py $(ARGS)
+	PYTHONPATH=. $(PY) benchmarks/async_ingest.py $(ARGS)
 
 bench-perf: $(VENV)/.dev
-	$(PY) benchmarks/perf.py $(ARGS)
+	PYTHONPATH=. $(PY) benchmarks/perf.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) data

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from _common import DEFAULT_EVAL, machine, percentile, to_pb
 
-from memsvc.launch import list_all_chunks, running_server
-from memsvc.locomo import load_locomo
+from evals.locomo import load_locomo
 from memsvc.v1 import memory_pb2 as pb
+from tests.support.launch import list_all_chunks, running_server
 
 
 def main() -> None:

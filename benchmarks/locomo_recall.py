@@ -18,9 +18,9 @@ from pathlib import Path
 
 from _common import DEFAULT_EVAL, ingest, machine, percentile
 
-from memsvc.launch import list_all_chunks, running_server
-from memsvc.locomo import load_locomo
+from evals.locomo import load_locomo
 from memsvc.v1 import memory_pb2 as pb
+from tests.support.launch import list_all_chunks, running_server
 
 MODES = {
     "dense": pb.SEARCH_MODE_DENSE,

@@ -30,15 +30,15 @@ from pathlib import Path
 import numpy as np
 from _common import DEFAULT_EVAL, machine, percentile, to_pb
 
+from evals.locomo import load_locomo
 from memsvc.config import Settings
 from memsvc.embedder import BUNDLED_MODEL_NAME, bundled_model_path, load_embedder
 from memsvc.ids import chunk_id
-from memsvc.launch import list_all_chunks, running_server
-from memsvc.locomo import load_locomo
 from memsvc.store import ChunkStore, StoredChunk, content_hash
 from memsvc.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
+from tests.support.launch import list_all_chunks, running_server
 
 
 def rss_kib(pid: int) -> int:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import jieba
-import jieba.analyse
+# jieba 0.42.1 imports pkg_resources, which warns at every start-up; nothing for us to act on.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+    import jieba
+    import jieba.analyse
 
 from memsvc.text import is_chinese
 

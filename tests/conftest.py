@@ -15,8 +15,6 @@ from memsvc.config import Settings
 from memsvc.embedder import BUNDLED_MODEL_NAME, Embedder, load_embedder
 from memsvc.types import MemoryEvent
 
-EVAL_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "locomo-dev.json"
-
 
 def make_settings(data_dir: Path, **kw: object) -> Settings:
     base: dict[str, object] = {

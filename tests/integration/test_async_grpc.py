@@ -9,21 +9,23 @@ import grpc
 import pytest
 
 from memsvc.app import Services
-from memsvc.launch import free_port, list_all_chunks, start_child, wait_serving
-from memsvc.locomo import load_locomo
 from memsvc.server import event_to_pb
+from memsvc.types import MemoryEvent
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
-from tests.conftest import EVAL_FILE
+from tests.support.conversations import generate
+from tests.support.launch import free_port, list_all_chunks, start_child, wait_serving
 
 
 def list_all(stub: pb_grpc.MemoryServiceStub, conv: str) -> dict[str, str]:
     return {c.chunk_id: c.text for c in list_all_chunks(stub, conv)}
 
 
-def test_kill_9_mid_indexing_loses_nothing(tmp_path: Path, services: Services) -> None:
-    conv = load_locomo(EVAL_FILE)[1]  # conv-30, 369 turns
-    events = [event_to_pb(e) for e in conv.events]
+def kill_9_mid_indexing(tmp_path: Path, services: Services, conv_events: list[MemoryEvent]) -> None:
+    """Append a conversation, kill -9 the server while it indexes, restart: the recovered
+    chunks equal a clean build of the same events."""
+    conversation_id = conv_events[0].conversation_id
+    events = [event_to_pb(e) for e in conv_events]
 
     port = free_port()
     proc = start_child(tmp_path / "data", port)
@@ -55,24 +57,28 @@ def test_kill_9_mid_indexing_loses_nothing(tmp_path: Path, services: Services) -
         stub = pb_grpc.MemoryServiceStub(channel)
         waited = stub.WaitForIndexed(
             pb.WaitForIndexedRequest(
-                conversation_id=conv.conversation_id, turn_id=len(events) - 1, timeout_ms=300_000
+                conversation_id=conversation_id, turn_id=len(events) - 1, timeout_ms=300_000
             )
         )
         assert waited.indexed, waited.status
         assert waited.status.backlog == 0 and waited.status.state == "idle"
-        recovered = list_all(stub, conv.conversation_id)
+        recovered = list_all(stub, conversation_id)
     finally:
         channel.close()
         proc.terminate()
         proc.wait(timeout=30)
 
-    clean = services.ingest.build(conv.events)
+    clean = services.ingest.build(conv_events)
     services.ingest.upsert(clean.chunks)
     expected = {
         c.chunk_id: c.text
-        for c in services.ingest.list_chunks(conv.conversation_id, False, 1000, "").chunks
+        for c in services.ingest.list_chunks(conversation_id, False, 1000, "").chunks
     }
     assert recovered == expected
+
+
+def test_kill_9_mid_indexing_loses_nothing(tmp_path: Path, services: Services) -> None:
+    kill_9_mid_indexing(tmp_path, services, generate("gen-kill", 11, sessions=12))
 
 
 @pytest.fixture()
