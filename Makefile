@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 # would pull gigabytes of CUDA wheels.
 TORCH := torch==2.13.0
 
-.PHONY: run test eval lint proto bench-recall bench-ingest bench-async bench-perf clean
+.PHONY: run test eval lint proto bench-recall bench-ingest bench-async bench-perf clean soak
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ run: $(VENV)/.base
 
 test: $(VENV)/.dev
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Long randomized run of the write-path state machine (MEMSVC_SOAK_EXAMPLES, default 1000).
+soak: $(VENV)/.dev
+	$(PY) -m pytest -q -m soak -p no:cacheprovider --timeout=0 tests/test_integrity_stateful.py $(PYTEST_ARGS)
 
 # LoCoMo checks on real conversations (data outside the repo, CC BY-NC 4.0).
 EVAL_FILE ?= ../shared/eval/locomo-dev.json

@@ -104,7 +104,11 @@ def _follow_store_identity(
         if previous is not None:
             events.forget_store(db)
             for conv in conversations:
-                ingest.queue.enqueue(db, conv, events.live_turn_count(db, conv), version)
+                # The newest version the conversation was built with (a sync build may
+                # have used another than the default); an older one kept during a
+                # migration is not rebuilt.
+                newest = max(events.layout_versions(db, conv), default=version)
+                ingest.queue.enqueue(db, conv, events.live_turn_count(db, conv), newest)
         events.set_meta(db, "store_identity", identity)
     if conversations:
         log.warning(

@@ -7,8 +7,11 @@ Policy (also in the README):
   the token budget (`max_tokens` minus a reserve for the context prefix).
 - The next window starts at the earliest exchange that keeps the overlap with the previous
   window within `overlap_turns` turns.
-- A single turn over the budget is split at sentence boundaries into pieces, each its own
-  chunk (part_index / part_count); nothing is truncated.
+- A single turn over the budget (tokens, or characters: the store holds 16,000 per chunk)
+  is split at sentence boundaries into pieces, each its own chunk (part_index /
+  part_count); nothing is truncated. A sentence longer than a piece is cut into slices.
+- A chunk names at most 64 participants (the first in turn order): whatever the input,
+  every chunk fits the model and the store, so what is accepted is indexable.
 - The layout is a pure function of the live turns, so building a conversation in one call
   or in many gives the same chunks. The last window is a "tail" while turns keep arriving.
 """
@@ -22,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from memsvc.ids import chunk_id
+from memsvc.limits import MAX_PARTICIPANTS
 from memsvc.prefix import (
     ROLE_LABELS_EN,
     ROLE_LABELS_ZH,
@@ -58,8 +62,15 @@ class ChunkPolicy:
     max_tokens: int = 512
     # Tokens kept for the prefix line and the model's special tokens.
     prefix_reserve: int = 64
-    # Tokens of a line's role label ("User (Caroline): ").
+    # Tokens of a line's role label ("User (Caroline): "); a speaker name longer than
+    # `name_allowance` tokens costs its extra tokens on top.
     line_overhead: int = 8
+    name_allowance: int = 4
+    # Characters of a window's lines, and of one piece of a split turn. Only text with very
+    # few tokens per character (e.g. long runs of unbroken symbols) reaches these before the
+    # token budget; they keep every chunk within the store's 16,000 characters.
+    max_line_chars: int = 12_000
+    max_piece_chars: int = 4_000
 
     @property
     def line_budget(self) -> int:
@@ -104,6 +115,7 @@ class ChunkWindow:
 class _Unit:
     turns: tuple[StoredTurn, ...]
     tokens: int
+    chars: int
     oversize: bool = False
 
 
@@ -118,16 +130,50 @@ def _exchanges(turns: Sequence[StoredTurn]) -> list[list[StoredTurn]]:
     return groups
 
 
-def _units(turns: Sequence[StoredTurn], policy: ChunkPolicy) -> list[_Unit]:
+class _LineCost:
+    """Tokens and characters a turn's line costs in a chunk, its role label included."""
+
+    def __init__(
+        self, turns: Sequence[StoredTurn], policy: ChunkPolicy, count_tokens: TokenCounter
+    ) -> None:
+        names = sorted({t.speaker_name for t in turns if t.speaker_name})
+        self._name_extra = {
+            name: max(0, n - policy.name_allowance)
+            for name, n in zip(names, count_tokens(names), strict=True)
+        }
+        self.policy = policy
+
+    def label_tokens(self, turn: StoredTurn) -> int:
+        return self.policy.line_overhead + self._name_extra.get(turn.speaker_name, 0)
+
+    def tokens(self, turn: StoredTurn) -> int:
+        return turn.tokens + self.label_tokens(turn)
+
+    def chars(self, turn: StoredTurn) -> int:
+        return len(turn.text) + len(turn.speaker_name) + 16
+
+    def oversize(self, turn: StoredTurn) -> bool:
+        return (
+            self.tokens(turn) > self.policy.line_budget
+            or self.chars(turn) > self.policy.max_piece_chars
+        )
+
+
+def _units(turns: Sequence[StoredTurn], policy: ChunkPolicy, cost: _LineCost) -> list[_Unit]:
     units: list[_Unit] = []
     for group in _exchanges(turns):
-        tokens = sum(t.tokens + policy.line_overhead for t in group)
-        if len(group) <= policy.max_turns and tokens <= policy.line_budget:
-            units.append(_Unit(tuple(group), tokens))
+        tokens = sum(cost.tokens(t) for t in group)
+        chars = sum(cost.chars(t) for t in group)
+        if (
+            len(group) <= policy.max_turns
+            and tokens <= policy.line_budget
+            and chars <= policy.max_line_chars
+            and not any(cost.oversize(t) for t in group)
+        ):
+            units.append(_Unit(tuple(group), tokens, chars))
             continue
         for t in group:
-            cost = t.tokens + policy.line_overhead
-            units.append(_Unit((t,), cost, oversize=cost > policy.line_budget))
+            units.append(_Unit((t,), cost.tokens(t), cost.chars(t), oversize=cost.oversize(t)))
     return units
 
 
@@ -135,23 +181,27 @@ def plan_windows(
     turns: Sequence[StoredTurn], policy: ChunkPolicy, count_tokens: TokenCounter
 ) -> list[ChunkWindow]:
     """The chunk layout of a conversation's live turns (sorted by turn_id)."""
-    units = _units(turns, policy)
+    cost = _LineCost(turns, policy, count_tokens)
+    units = _units(turns, policy, cost)
     windows: list[ChunkWindow] = []
     i = 0
     while i < len(units):
         if units[i].oversize:
-            windows.extend(_split_turn(units[i].turns[0], policy, count_tokens))
+            turn = units[i].turns[0]
+            windows.extend(_split_turn(turn, policy, cost.label_tokens(turn), count_tokens))
             i += 1
             continue
-        j, n_turns, n_tokens = i, 0, 0
+        j, n_turns, n_tokens, n_chars = i, 0, 0, 0
         while (
             j < len(units)
             and not units[j].oversize
             and n_turns + len(units[j].turns) <= policy.max_turns
             and n_tokens + units[j].tokens <= policy.line_budget
+            and n_chars + units[j].chars <= policy.max_line_chars
         ):
             n_turns += len(units[j].turns)
             n_tokens += units[j].tokens
+            n_chars += units[j].chars
             j += 1
         windows.append(ChunkWindow(tuple(t for u in units[i:j] for t in u.turns)))
         if j >= len(units):
@@ -169,14 +219,15 @@ def plan_windows(
 
 
 def _split_turn(
-    turn: StoredTurn, policy: ChunkPolicy, count_tokens: TokenCounter
+    turn: StoredTurn, policy: ChunkPolicy, label_tokens: int, count_tokens: TokenCounter
 ) -> list[ChunkWindow]:
-    budget = policy.line_budget - policy.line_overhead
+    budget = policy.line_budget - label_tokens
+    max_chars = policy.max_piece_chars
     pieces: list[str] = []
     current = ""
-    for sentence in _fit_sentences(_SENTENCE_END.split(turn.text), budget, count_tokens):
+    for sentence in _fit_sentences(_SENTENCE_END.split(turn.text), budget, max_chars, count_tokens):
         candidate = f"{current} {sentence}".strip() if current else sentence
-        if current and count_tokens([candidate])[0] > budget:
+        if current and (len(candidate) > max_chars or count_tokens([candidate])[0] > budget):
             pieces.append(current)
             current = sentence
         else:
@@ -189,25 +240,42 @@ def _split_turn(
     ]
 
 
-def _fit_sentences(sentences: Sequence[str], budget: int, count_tokens: TokenCounter) -> list[str]:
-    """Sentences, with any sentence longer than the budget cut into slices that fit."""
+# Slices a sentence longer than a piece is first cut into: small enough that counting
+# their tokens is cheap, so splitting is linear in the turn's length.
+_SLICE_CHARS = 1_000
+
+
+def _cut(text: str, size: int) -> tuple[str, str]:
+    """Cut `text` after at most `size` characters, at a space when one is near."""
+    if len(text) <= size:
+        return text, ""
+    space = text.rfind(" ", 0, size)
+    at = space if space > size // 2 else size
+    return text[:at].strip(), text[at:].strip()
+
+
+def _fit_sentences(
+    sentences: Sequence[str], budget: int, max_chars: int, count_tokens: TokenCounter
+) -> list[str]:
+    """Sentences, with any sentence over the token budget or `max_chars` cut into slices
+    that fit."""
     sentences = [s for s in sentences if s]
     out: list[str] = []
     for sentence, tokens in zip(sentences, count_tokens(sentences), strict=True):
-        if tokens <= budget:
+        if tokens <= budget and len(sentence) <= max_chars:
             out.append(sentence)
             continue
+        slices: list[str] = []
         rest = sentence
         while rest:
-            size = max(1, len(rest) * budget // max(1, count_tokens([rest])[0]))
-            while size > 1 and count_tokens([rest[:size]])[0] > budget:
-                size = size * 9 // 10
-            # Prefer to cut at a space so English words stay whole.
-            space = rest.rfind(" ", 0, size)
-            if size < len(rest) and space > size // 2:
-                size = space
-            out.append(rest[:size].strip())
-            rest = rest[size:].strip()
+            head, rest = _cut(rest, min(_SLICE_CHARS, max_chars))
+            slices.append(head)
+        for piece, n in zip(slices, count_tokens(slices), strict=True):
+            if n <= budget or len(piece) <= 1:
+                out.append(piece)
+            else:  # dense text (about a token a character): halve until it fits
+                halves = _cut(piece, len(piece) // 2)
+                out.extend(_fit_sentences(halves, budget, max_chars, count_tokens))
     return out
 
 
@@ -234,17 +302,24 @@ class ChunkRenderer:
                     f"{label}({turn.speaker_name})" if chinese else f"{label} ({turn.speaker_name})"
                 )
             lines.append(f"{label}: {text}")
-        participants = _participants(turns, labels)
+        participants = _participants(turns, labels)[:MAX_PARTICIPANTS]
         topic = self._keywords.keywords(" ".join(texts), limit=4)
         dates = [t.timestamp[:10] for t in turns]
         body = "\n".join(lines)
-        # The reserve normally holds the prefix; shorten it if unusually long names overflow.
+        # The reserve normally holds the prefix; if unusually long names overflow it, drop
+        # topic terms, then names from the prefix (the metadata keeps them all).
+        shown = participants[:6]
         while True:
-            prefix = render_prefix(PrefixInput(dates, participants[:6], topic, chinese))
+            prefix = render_prefix(PrefixInput(dates, shown, topic, chinese))
             text = f"{prefix}\n{body}"
-            if not topic or self._count_tokens([text])[0] + 2 <= self.policy.max_tokens:
+            if self._count_tokens([text])[0] + 2 <= self.policy.max_tokens:
                 break
-            topic = topic[:-1]
+            if topic:
+                topic = topic[:-1]
+            elif shown:
+                shown = shown[:-1]
+            else:
+                break
         speakers = tuple(
             s for s in ("user", "assistant", "system") if any(t.speaker == s for t in turns)
         )

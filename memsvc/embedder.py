@@ -25,6 +25,7 @@ import numpy as np
 import structlog
 
 from memsvc.config import Settings
+from memsvc.errors import EmbedderError
 
 log = structlog.get_logger(__name__)
 
@@ -40,10 +41,6 @@ KNOWN_QUERY_INSTRUCTIONS = {
 }
 MAX_TOKENS = 512
 HUB_CONNECT_TIMEOUT_S = 3.0
-
-
-class EmbedderError(RuntimeError):
-    """The model failed to encode (the caller's batch is not written)."""
 
 
 def bundled_model_path() -> Path:
@@ -108,6 +105,9 @@ class ModelInfo:
     pooling: str
     query_instruction: str | None
     fallback: bool
+    # Tokens the model reads per text, the special tokens ([CLS] ... [SEP]) included.
+    max_tokens: int = MAX_TOKENS
+    special_tokens: int = 2
 
 
 class Embedder:
@@ -157,7 +157,7 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         # Tokenise once; sort by length so each batch pads little, as FlagEmbedding does.
-        encoded = self._tokenizer(list(texts), truncation=True, max_length=MAX_TOKENS)
+        encoded = self._tokenizer(list(texts), truncation=True, max_length=self.info.max_tokens)
         order = sorted(range(len(texts)), key=lambda i: -len(encoded["input_ids"][i]))
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         with self._lock:
@@ -180,7 +180,7 @@ class Embedder:
                 [instruction + t for t in texts],
                 padding=True,
                 truncation=True,
-                max_length=MAX_TOKENS,
+                max_length=self.info.max_tokens,
                 return_tensors="pt",
             )
             return self._forward(inputs)
@@ -313,6 +313,18 @@ class EmbeddingCache:
             [(model, h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in items.items()],
         )
         conn.execute("COMMIT")
+
+    def forget(self, hashes: Sequence[str]) -> None:
+        """Erase the vectors of these texts, for every model (privacy purge)."""
+        if not hashes:
+            return
+        conn = self._conn()
+        conn.execute("BEGIN")
+        conn.executemany("DELETE FROM vectors WHERE text_hash = ?", [(h,) for h in hashes])
+        conn.execute("COMMIT")
+
+    def count(self) -> int:
+        return int(self._conn().execute("SELECT COUNT(*) FROM vectors").fetchone()[0])
 
 
 def embed_passages_cached(

@@ -25,3 +25,7 @@ class NotFound(MemsvcError):
 
 class Unavailable(MemsvcError):
     """A dependency (model, store) is not ready or failed transiently."""
+
+
+class EmbedderError(Unavailable):
+    """The model failed to encode (the caller's batch is not written)."""

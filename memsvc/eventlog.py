@@ -1,9 +1,14 @@
 """Durable event log (SQLite, WAL, fsync on commit) and the chunk bookkeeping kept beside it.
 
 Tables:
-- events: every turn received, raw and cleaned, with its token count and deleted flag.
-- layout: per conversation and chunk_version, the chunks the last build produced
-  (source hash = what the chunk was derived from, text hash = what it says).
+- events: every turn received, raw and cleaned, with its token count and deleted flag. A
+  purged turn stays as a tombstone (deleted, purged, no text) so turn numbering continues.
+- layout: per conversation and chunk_version, the chunks the last build planned (source
+  hash = what the chunk was derived from, text hash = what it says, content hash = text
+  and metadata as the server renders them: the only record an upsert may store for that
+  id). Rows of chunks that covered a deleted turn stay, deleted = 1, until purged.
+- chunk_texts: the text hash of every chunk ever rendered, with its turn range, so a purge
+  can remove every cached vector derived from a purged turn.
 - superseded: tail chunks replaced by a later build; removed from the vector store on the
   next upsert of that conversation (pending = 1 until then), and refused if upserted again.
 - store_versions: chunk versions present in the vector store, per conversation.
@@ -37,6 +42,7 @@ CREATE TABLE IF NOT EXISTS events (
     participants TEXT NOT NULL,
     tokens INTEGER NOT NULL,
     deleted INTEGER NOT NULL DEFAULT 0,
+    purged INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (conversation_id, turn_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS layout (
@@ -48,9 +54,17 @@ CREATE TABLE IF NOT EXISTS layout (
     source_hash TEXT NOT NULL,
     text_hash TEXT NOT NULL,
     deleted INTEGER NOT NULL DEFAULT 0,
-    indexed INTEGER NOT NULL DEFAULT 0
+    indexed INTEGER NOT NULL DEFAULT 0,
+    content_hash TEXT NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS layout_conv ON layout (conversation_id, chunk_version);
+CREATE TABLE IF NOT EXISTS chunk_texts (
+    conversation_id TEXT NOT NULL,
+    text_hash TEXT NOT NULL,
+    start_turn INTEGER NOT NULL,
+    end_turn INTEGER NOT NULL,
+    PRIMARY KEY (conversation_id, text_hash)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS superseded (
     chunk_id TEXT PRIMARY KEY,
     conversation_id TEXT NOT NULL,
@@ -82,7 +96,12 @@ CREATE TABLE IF NOT EXISTS index_queue (
 
 _LAYOUT_COLS = (
     "chunk_id, conversation_id, chunk_version, start_turn, end_turn, source_hash, text_hash,"
-    " deleted, indexed"
+    " deleted, indexed, content_hash"
+)
+# Columns added after the first release: (table, column, definition).
+_MIGRATIONS = (
+    ("events", "purged", "INTEGER NOT NULL DEFAULT 0"),
+    ("layout", "content_hash", "TEXT NOT NULL DEFAULT ''"),
 )
 
 
@@ -120,6 +139,12 @@ class LayoutRow:
     text_hash: str
     deleted: bool = False
     indexed: bool = False
+    # sha256 of the record as rendered (store.content_hash); "" for rows written before
+    # content hashes were kept: such a row is re-rendered on the next build.
+    content_hash: str = ""
+
+    def covers(self, turn_id: int) -> bool:
+        return self.start_turn <= turn_id <= self.end_turn
 
 
 class EventLog:
@@ -129,7 +154,18 @@ class EventLog:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._conn().executescript(_SCHEMA)
+        conn = self._conn()
+        for table, column, definition in _MIGRATIONS:
+            if conn.execute(f"SELECT 1 FROM pragma_table_info('{table}')").fetchone() is None:
+                continue  # a new database: the schema below creates it whole
+            if (
+                conn.execute(
+                    f"SELECT 1 FROM pragma_table_info('{table}') WHERE name = ?", (column,)
+                ).fetchone()
+                is None
+            ):
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+        conn.executescript(_SCHEMA)
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -153,6 +189,16 @@ class EventLog:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every query inside sees the same committed state."""
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            conn.execute("COMMIT")
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -258,29 +304,61 @@ class EventLog:
         ]
 
     def mark_events_deleted(
-        self, db: sqlite3.Connection, conversation_id: str, start: int | None, end: int | None
+        self,
+        db: sqlite3.Connection,
+        conversation_id: str,
+        spans: Sequence[tuple[int, int]] | None,
     ) -> int:
-        if start is None or end is None:
-            cur = db.execute(
+        """Marks the events in the inclusive turn spans (None = every turn) deleted; returns
+        how many changed."""
+        if spans is None:
+            return db.execute(
                 "UPDATE events SET deleted = 1 WHERE conversation_id = ? AND deleted = 0",
                 (conversation_id,),
-            )
-        else:
-            cur = db.execute(
+            ).rowcount
+        changed = 0
+        for start, end in spans:
+            changed += db.execute(
                 "UPDATE events SET deleted = 1 WHERE conversation_id = ? AND deleted = 0"
                 " AND turn_id BETWEEN ? AND ?",
                 (conversation_id, start, end),
-            )
-        return cur.rowcount
+            ).rowcount
+        return changed
 
-    def purge_events(self, db: sqlite3.Connection, conversation_id: str | None) -> int:
-        if conversation_id:
-            cur = db.execute(
-                "DELETE FROM events WHERE deleted = 1 AND conversation_id = ?", (conversation_id,)
+    def deleted_turn_ids(self, db: sqlite3.Connection, conversation_id: str) -> list[int]:
+        """Deleted (and purged) turn ids of a conversation, ascending."""
+        rows = db.execute(
+            "SELECT turn_id FROM events WHERE conversation_id = ? AND deleted = 1 ORDER BY 1",
+            (conversation_id,),
+        )
+        return [int(r[0]) for r in rows]
+
+    def purge_events(self, db: sqlite3.Connection, conversation_id: str) -> list[int]:
+        """Erases the text of deleted turns, leaving tombstones (deleted, purged, no text) so
+        turn numbering continues. Returns the turn ids erased now."""
+        turns = [
+            int(r[0])
+            for r in db.execute(
+                "SELECT turn_id FROM events WHERE conversation_id = ? AND deleted = 1"
+                " AND purged = 0",
+                (conversation_id,),
             )
-        else:
-            cur = db.execute("DELETE FROM events WHERE deleted = 1")
-        return cur.rowcount
+        ]
+        db.execute(
+            "UPDATE events SET text = '', clean_text = '', speaker_name = '',"
+            " participants = '[]', tokens = 0, purged = 1"
+            " WHERE conversation_id = ? AND deleted = 1 AND purged = 0",
+            (conversation_id,),
+        )
+        return turns
+
+    def conversations_with_deleted(self) -> list[str]:
+        """Conversations with deleted turns not yet purged or deleted layout rows."""
+        rows = self._conn().execute(
+            "SELECT conversation_id FROM events WHERE deleted = 1 AND purged = 0"
+            " UNION SELECT conversation_id FROM layout WHERE deleted = 1 ORDER BY 1"
+        )
+        return [str(r[0]) for r in rows]
 
     def all_event_texts(self, db: sqlite3.Connection) -> list[tuple[str, int, str]]:
         return [
@@ -318,8 +396,7 @@ class EventLog:
 
     def put_layout(self, db: sqlite3.Connection, rows: Iterable[LayoutRow]) -> None:
         db.executemany(
-            "INSERT OR REPLACE INTO layout (chunk_id, conversation_id, chunk_version, start_turn,"
-            " end_turn, source_hash, text_hash, deleted, indexed) VALUES (?,?,?,?,?,?,?,?,?)",
+            f"INSERT OR REPLACE INTO layout ({_LAYOUT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
             [
                 (
                     r.chunk_id,
@@ -331,9 +408,15 @@ class EventLog:
                     r.text_hash,
                     int(r.deleted),
                     int(r.indexed),
+                    r.content_hash,
                 )
                 for r in rows
             ],
+        )
+        db.executemany(
+            "INSERT OR IGNORE INTO chunk_texts (conversation_id, text_hash, start_turn, end_turn)"
+            " VALUES (?,?,?,?)",
+            [(r.conversation_id, r.text_hash, r.start_turn, r.end_turn) for r in rows],
         )
 
     def mark_indexed(self, pairs: Iterable[tuple[str, str]]) -> None:
@@ -355,28 +438,55 @@ class EventLog:
     def drop_layout(self, db: sqlite3.Connection, chunk_ids: Iterable[str]) -> None:
         db.executemany("DELETE FROM layout WHERE chunk_id = ?", [(c,) for c in chunk_ids])
 
-    def mark_layout_deleted(
-        self,
-        db: sqlite3.Connection,
-        conversation_id: str,
-        chunk_ids: Sequence[str] = (),
-        turn_range: tuple[int, int] | None = None,
-    ) -> None:
-        if chunk_ids:
-            db.executemany(
-                "UPDATE layout SET deleted = 1 WHERE chunk_id = ? AND conversation_id = ?",
-                [(c, conversation_id) for c in chunk_ids],
+    def mark_layout_deleted(self, db: sqlite3.Connection, chunk_ids: Iterable[str]) -> None:
+        db.executemany(
+            "UPDATE layout SET deleted = 1 WHERE chunk_id = ?", [(c,) for c in chunk_ids]
+        )
+
+    def layout_versions(self, db: sqlite3.Connection, conversation_id: str) -> list[int]:
+        rows = db.execute(
+            "SELECT DISTINCT chunk_version FROM layout WHERE conversation_id = ? ORDER BY 1",
+            (conversation_id,),
+        )
+        return [int(r[0]) for r in rows]
+
+    def conversation_layout(
+        self, db: sqlite3.Connection, conversation_id: str
+    ) -> dict[str, LayoutRow]:
+        """Every layout row of a conversation, all versions, deleted ones included."""
+        rows = db.execute(
+            f"SELECT {_LAYOUT_COLS} FROM layout WHERE conversation_id = ?", (conversation_id,)
+        )
+        return {str(r[0]): _layout(r) for r in rows}
+
+    def purge_layout(
+        self, db: sqlite3.Connection, conversation_id: str, purged_turns: Sequence[int]
+    ) -> set[str]:
+        """Drops deleted layout rows and the text history of every chunk that covered a
+        purged turn; returns those chunks' text hashes (their cached vectors go too)."""
+        hashes = {
+            str(r[0])
+            for r in db.execute(
+                "SELECT text_hash FROM layout WHERE conversation_id = ? AND deleted = 1",
+                (conversation_id,),
             )
-        elif turn_range is None:
-            db.execute(
-                "UPDATE layout SET deleted = 1 WHERE conversation_id = ?", (conversation_id,)
-            )
-        else:
-            db.execute(
-                "UPDATE layout SET deleted = 1 WHERE conversation_id = ?"
+        }
+        db.execute(
+            "DELETE FROM layout WHERE conversation_id = ? AND deleted = 1", (conversation_id,)
+        )
+        for turn in purged_turns:
+            for r in db.execute(
+                "SELECT text_hash FROM chunk_texts WHERE conversation_id = ?"
                 " AND start_turn <= ? AND end_turn >= ?",
-                (conversation_id, turn_range[1], turn_range[0]),
+                (conversation_id, turn, turn),
+            ).fetchall():
+                hashes.add(str(r[0]))
+            db.execute(
+                "DELETE FROM chunk_texts WHERE conversation_id = ? AND start_turn <= ?"
+                " AND end_turn >= ?",
+                (conversation_id, turn, turn),
             )
+        return hashes
 
     def drop_layout_version(
         self, db: sqlite3.Connection, conversation_id: str, version: int
@@ -490,6 +600,7 @@ def _layout(r: Sequence[object]) -> LayoutRow:
         text_hash=str(r[6]),
         deleted=bool(r[7]),
         indexed=bool(r[8]),
+        content_hash=str(r[9]),
     )
 
 
@@ -626,6 +737,21 @@ class IndexQueue:
         else:
             rows = db.execute(f"SELECT {_QUEUE_COLS} FROM index_queue q ORDER BY q.conversation_id")
         return [_queue_item(r) for r in rows]
+
+    def advance_indexed(self, db: sqlite3.Connection, conversation_id: str) -> None:
+        """Chunks were stored outside the worker (a caller's Build + Upsert): move
+        last_indexed_turn up to the first turn of the queued version still unindexed, so
+        WaitForIndexed sees read-your-writes on mixed synchronous/asynchronous use."""
+        db.execute(
+            "UPDATE index_queue SET last_indexed_turn = MAX(last_indexed_turn, COALESCE("
+            "  (SELECT MIN(l.start_turn) - 1 FROM layout l WHERE l.conversation_id = ?"
+            "   AND l.chunk_version = index_queue.chunk_version AND l.deleted = 0"
+            "   AND l.indexed = 0),"
+            "  (SELECT MAX(l.end_turn) FROM layout l WHERE l.conversation_id = ?"
+            "   AND l.chunk_version = index_queue.chunk_version),"
+            "  -1)) WHERE conversation_id = ?",
+            (conversation_id, conversation_id, conversation_id),
+        )
 
     def version_of(self, db: sqlite3.Connection, conversation_id: str) -> int | None:
         row = db.execute(

@@ -11,14 +11,17 @@ from dataclasses import dataclass
 import structlog
 
 from memsvc import validation
-from memsvc.chunking import ChunkPolicy, ChunkRenderer, plan_windows
-from memsvc.embedder import Embedder, EmbeddingCache, embed_passages_cached, text_hash
+from memsvc.chunking import ChunkRenderer
+from memsvc.embedder import Embedder, EmbeddingCache
 from memsvc.errors import InvalidArgument
-from memsvc.eventlog import EventLog, EventRow, IndexQueue, LayoutRow
-from memsvc.filters import in_expr, quote
-from memsvc.store import ChunkStore, StoredChunk, content_hash
+from memsvc.eventlog import EventLog, EventRow, IndexQueue
+from memsvc.filters import quote
+from memsvc.locks import ConversationLocks
+from memsvc.projection import Projector, Replan
+from memsvc.store import ChunkStore
 from memsvc.text import clean_text
 from memsvc.types import (
+    REASON_UNKNOWN,
     AppendResult,
     BuildResult,
     ChunkRecord,
@@ -31,10 +34,6 @@ from memsvc.types import (
 
 log = structlog.get_logger(__name__)
 
-# Tokens the model adds around every text ([CLS] ... [SEP]).
-SPECIAL_TOKENS = 2
-MAX_MODEL_TOKENS = 512
-
 
 @dataclass(frozen=True)
 class ChunkPage:
@@ -43,7 +42,9 @@ class ChunkPage:
 
 
 class IngestService:
-    """Builds chunks incrementally from the event log and keeps the vector store in step."""
+    """The write path's public operations. Every change to a conversation's layout or
+    stored chunks runs under that conversation's lock (memsvc.locks); the projector keeps
+    the store equal to the layout of the live turns."""
 
     def __init__(
         self,
@@ -53,14 +54,15 @@ class IngestService:
         cache: EmbeddingCache,
         renderer: ChunkRenderer,
         default_version: int,
+        locks: ConversationLocks | None = None,
     ) -> None:
         self.events = events
         self.queue = IndexQueue(events)
         self.store = store
         self.embedder = embedder
         self.cache = cache
-        self.renderer = renderer
-        self.policy: ChunkPolicy = renderer.policy
+        self.locks = locks or ConversationLocks()
+        self.projector = Projector(events, store, embedder, cache, renderer, self.locks)
         self.default_version = default_version
         self._recount_tokens_if_tokenizer_changed()
 
@@ -87,6 +89,8 @@ class IngestService:
         allow_gaps: bool = False,
         conversation_id: str = "",
     ) -> BuildResult:
+        """Log the events, re-plan the conversation and return every chunk of its layout
+        not yet stored (so re-sending after a lost response recovers)."""
         if chunk_version < 0:
             raise InvalidArgument("chunk_version", "must be >= 0 (0 = server default)")
         version = chunk_version or self.default_version
@@ -94,33 +98,49 @@ class IngestService:
             conv = validation.events(events)
             if conversation_id and conversation_id != conv:
                 raise InvalidArgument("conversation_id", "differs from the events' conversation_id")
+        elif not conversation_id:
+            raise InvalidArgument(
+                "events", "must not be empty (or set conversation_id to get its pending chunks)"
+            )
         else:
-            conv = validation.conversation_id(conversation_id, "events")
+            conv = validation.conversation_id(conversation_id, "conversation_id")
         rows = self._event_rows(events)
-        with self.events.transaction() as db:
-            self._store_events(db, conv, rows, allow_gaps)
-            result = self._rebuild(db, conv, version)
-        self._retire_unreplaced(result)
-        return result
+        with self.locks.hold(conv):
+            if rows:
+                with self.events.transaction() as db:
+                    self._store_events(db, conv, rows, allow_gaps)
+            plan = self.projector.replan(conv, version)
+            self._retire_unreplaced(plan)
+            return self._build_result(plan)
 
     def build_for_index(self, conversation_id: str, chunk_version: int) -> BuildResult:
-        """The worker's build: also re-renders chunks a crash left out of the store."""
-        with self.events.transaction() as db:
-            result = self._rebuild(db, conversation_id, chunk_version, include_unindexed=True)
-        self._retire_unreplaced(result)
-        return result
+        """The worker's build: the conversation's pending chunks."""
+        with self.locks.hold(conversation_id):
+            plan = self.projector.replan(conversation_id, chunk_version)
+            self._retire_unreplaced(plan)
+            return self._build_result(plan)
 
-    def _retire_unreplaced(self, result: BuildResult) -> None:
-        """Superseded chunks with nothing replacing them get no upsert to retire them on:
-        retire them now."""
-        if result.superseded_chunk_ids and not result.chunks:
-            self._retire_superseded([result.conversation_id])
+    def _build_result(self, plan: Replan) -> BuildResult:
+        with self.events.snapshot() as db:
+            lo, hi, count = self.events.turn_stats(db, plan.conversation_id)
+        return BuildResult(
+            plan.conversation_id,
+            TurnRange(lo, hi) if count else None,
+            plan.pending,
+            plan.superseded,
+        )
+
+    def _retire_unreplaced(self, plan: Replan) -> None:
+        """Superseded chunks with nothing pending to replace them get no upsert to retire
+        them on: retire them now (the caller holds the conversation's lock)."""
+        if plan.superseded and not plan.pending:
+            self.projector.retire_superseded(plan.conversation_id)
 
     def _store_events(
         self, db: sqlite3.Connection, conv: str, rows: list[EventRow], allow_gaps: bool
     ) -> list[EventRow]:
         """Write new and edited turns; identical re-sends are no-ops and deleted turns stay
-        deleted until purged. Returns the rows written."""
+        deleted (after a purge, as tombstones). Returns the rows written."""
         stored = self.events.get_events(db, conv, (r.turn_id for r in rows))
         changed = [
             r
@@ -201,49 +221,13 @@ class IngestService:
                 " send the missing turns or set allow_gaps",
             )
 
-    def _rebuild(
-        self, db: sqlite3.Connection, conv: str, version: int, include_unindexed: bool = False
-    ) -> BuildResult:
-        """Diff the layout of the live turns against the last build's; render what changed."""
-        ev = self.events
-        turns = ev.live_turns(db, conv)
-        windows = plan_windows(turns, self.policy, self.embedder.count_tokens)
-        old = ev.get_layout(db, conv, version)
-        chunks: list[ChunkRecord] = []
-        fresh: list[LayoutRow] = []
-        current: set[str] = set()
-        for w in windows:
-            cid = w.chunk_id(conv, version)
-            current.add(cid)
-            source = w.source_hash(version, self.policy)
-            previous = old.get(cid)
-            if (
-                previous is not None
-                and previous.source_hash == source
-                and (previous.indexed or previous.deleted or not include_unindexed)
-            ):
-                continue
-            record = self.renderer.render(conv, w, version)
-            chunks.append(record)
-            fresh.append(
-                LayoutRow(
-                    cid, conv, version, w.start_turn, w.end_turn, source, text_hash(record.text)
-                )
-            )
-        superseded = sorted(cid for cid in old if cid not in current)
-        ev.drop_layout(db, superseded)
-        ev.put_layout(db, fresh)
-        ev.add_superseded(db, conv, superseded)
-        ev.clear_superseded(db, (c.chunk_id for c in chunks))
-        lo, hi, count = ev.turn_stats(db, conv)
-        return BuildResult(conv, TurnRange(lo, hi) if count else None, chunks, superseded)
-
     # -- UpsertVectorRecords --------------------------------------------------------------
     def upsert(
         self, records: Sequence[ChunkRecord], register_versions: bool = True
     ) -> UpsertResult:
-        """Embed and store records. `register_versions=False` (a reindex in progress) keeps
-        searches on the conversation's previous version until the worker completes it."""
+        """Embed and store records the server built. A record is stored only if it equals
+        the chunk the conversation's current layout holds for its id; anything else is a
+        per-record error with a reason, and the other records are written."""
         errors: list[RecordError] = []
         valid: list[ChunkRecord] = []
         seen: set[str] = set()
@@ -257,172 +241,80 @@ class IngestService:
                 continue
             seen.add(r.chunk_id)
             valid.append(r)
-        superseded = self.events.superseded_among([r.chunk_id for r in valid])
-        for r in valid:
-            if r.chunk_id in superseded:
-                errors.append(
-                    RecordError(r.chunk_id, "superseded by a later build of its conversation")
-                )
-        valid = [r for r in valid if r.chunk_id not in superseded]
         if not valid:
             return UpsertResult(errors=errors)
-
-        ids = [r.chunk_id for r in valid]
-        hashes = {r.chunk_id: content_hash(r) for r in valid}
-        # Scalar fields only: an identical replay needs nothing more, so it stays cheap.
-        existing = self.store.get(ids)
-        fresh = [
-            r
-            for r in valid
-            if r.chunk_id not in existing or existing[r.chunk_id].record.text != r.text
-        ]
-        ok = self._drop_too_long(fresh, errors)
-        too_long = {r.chunk_id for r in fresh} - {r.chunk_id for r in ok}
-        valid = [r for r in valid if r.chunk_id not in too_long]
-        need_text = [r.text for r in ok]
-        # Embed outside the write lock: the model is the slow part.
-        vectors = dict(
-            zip(need_text, embed_passages_cached(self.embedder, self.cache, need_text), strict=True)
-        )
-        with self.store.write_lock:
-            # Re-read under the lock: a delete may have landed while we embedded.
-            existing = self.store.get([r.chunk_id for r in valid])
-            layout = self.events.layout_rows([r.chunk_id for r in valid])
-            writes: list[StoredChunk] = []
-            stored_ok: list[ChunkRecord] = []
-            reuse: list[ChunkRecord] = []  # same text, new metadata: keep the stored vector
-            upserted = updated = unchanged = 0
-            for r in valid:
-                old = existing.get(r.chunk_id)
-                if old is not None and old.record.metadata.deleted and not r.metadata.deleted:
-                    entry = layout.get(r.chunk_id)
-                    if entry is None or entry.deleted or entry.text_hash != text_hash(r.text):
-                        errors.append(
-                            RecordError(
-                                r.chunk_id,
-                                "logically deleted; not restored (rebuild its turns or purge it)",
-                            )
-                        )
-                        continue
-                if (
-                    old is not None
-                    and old.content_hash == hashes[r.chunk_id]
-                    and old.record.metadata.deleted == r.metadata.deleted
-                ):
-                    unchanged += 1
-                    stored_ok.append(r)
-                    continue
-                if r.text in vectors:
-                    writes.append(StoredChunk(r, hashes[r.chunk_id], vectors[r.text]))
-                else:
-                    reuse.append(r)
-                if old is None:
-                    upserted += 1
-                else:
-                    updated += 1
-            if reuse:
-                old_vectors = self.store.get([r.chunk_id for r in reuse], with_vectors=True)
-                writes += [
-                    StoredChunk(r, hashes[r.chunk_id], old_vectors[r.chunk_id].vector)
-                    for r in reuse
-                ]
-            self.store.upsert(writes)
-        # Crash repair bookkeeping: only layout rows not yet known to be in the store.
-        now_stored = []
-        for r in [*stored_ok, *(w.record for w in writes)]:
-            entry = layout.get(r.chunk_id)
-            th = text_hash(r.text)
-            if entry is not None and (not entry.indexed or entry.text_hash != th):
-                now_stored.append((r.chunk_id, th))
-        self.events.mark_indexed(now_stored)
-        if writes:
-            self.events.add_store_versions(
-                {
-                    (w.record.metadata.conversation_id, w.record.metadata.chunk_version)
-                    for w in writes
-                },
-                complete=register_versions,
-            )
-        retired = self._retire_superseded(sorted({r.metadata.conversation_id for r in valid}))
-        return UpsertResult(upserted, updated, unchanged, retired, errors)
-
-    def _drop_too_long(
-        self, records: list[ChunkRecord], errors: list[RecordError]
-    ) -> list[ChunkRecord]:
-        """The model reads 512 tokens; a longer text would be silently truncated: refuse it."""
-        counts = self.embedder.count_tokens([r.text for r in records])
-        keep = []
-        for r, n in zip(records, counts, strict=True):
-            if n + SPECIAL_TOKENS > MAX_MODEL_TOKENS:
-                errors.append(
-                    RecordError(
-                        r.chunk_id,
-                        f"text: {n} tokens; the model reads at most"
-                        f" {MAX_MODEL_TOKENS - SPECIAL_TOKENS} (split it into several chunks)",
-                    )
-                )
-            else:
-                keep.append(r)
-        return keep
-
-    def _retire_superseded(self, conversation_ids: Sequence[str]) -> int:
-        """Remove live superseded tail chunks of these conversations from the store."""
-        retired = 0
-        for conv in conversation_ids:
-            pending = self.events.pending_superseded(conv)
-            if not pending:
-                continue
-            with self.store.write_lock:
-                live = [
-                    cid
-                    for cid, c in self.store.get(pending).items()
-                    if not c.record.metadata.deleted
-                ]
-                self.store.delete(live)
-            self.events.superseded_done(pending)
-            retired += len(live)
-        return retired
+        return self.projector.store_records(valid, errors, register_versions)
 
     # -- LogicalDeleteBySource ------------------------------------------------------------
     def delete(
         self, conversation_id: str, turn_range: TurnRange | None, chunk_ids: Sequence[str]
     ) -> DeleteResult:
+        """Delete turns: a range, the turns the listed chunks cover, or (neither) the whole
+        conversation. The layout is re-planned without them: chunks that covered them are
+        marked deleted (kept for audit until purged), surviving neighbours get new chunks,
+        stored before this returns."""
         conv = validation.conversation_id(conversation_id, "conversation_id")
         if turn_range is not None:
             validation.turn_range(turn_range, "turn_range")
-        errors: list[RecordError] = []
-        with self.store.write_lock:
             if chunk_ids:
-                found = self.store.get(list(dict.fromkeys(chunk_ids)), with_vectors=True)
-                for cid in dict.fromkeys(chunk_ids):
-                    chunk = found.get(cid)
-                    if chunk is None or chunk.record.metadata.conversation_id != conv:
-                        errors.append(RecordError(cid, f"no such chunk in conversation {conv!r}"))
-                targets = [
-                    c
-                    for c in found.values()
-                    if c.record.metadata.conversation_id == conv and not c.record.metadata.deleted
-                ]
-                with self.events.transaction() as db:
-                    self.events.mark_layout_deleted(
-                        db, conv, chunk_ids=[c.record.chunk_id for c in targets]
-                    )
-                events_deleted = 0
+                raise InvalidArgument("chunk_ids", "give turn_range or chunk_ids, not both")
+        errors: list[RecordError] = []
+        with self.locks.hold(conv):
+            spans: list[tuple[int, int]] | None
+            if chunk_ids:
+                spans = self._spans_of_chunks(conv, chunk_ids, errors)
+                if not spans:
+                    return DeleteResult(0, 0, errors)
+            elif turn_range is not None:
+                spans = [(turn_range.start, turn_range.end)]
             else:
-                expr = f"conversation_id == {quote(conv)} and deleted == false"
-                span = None
-                if turn_range is not None:
-                    span = (turn_range.start, turn_range.end)
-                    expr += f" and start_turn <= {span[1]} and end_turn >= {span[0]}"
-                # The log first: once it says deleted, no rebuild can bring the turns back.
-                with self.events.transaction() as db:
-                    events_deleted = self.events.mark_events_deleted(
-                        db, conv, *(span if span else (None, None))
+                spans = None
+            with self.events.transaction() as db:
+                events_deleted = self.events.mark_events_deleted(db, conv, spans)
+                versions = self.events.layout_versions(db, conv)
+            plans = [self.projector.replan(conv, v) for v in versions]
+            newly = {cid for p in plans for cid in p.deleted}
+            hidden = self.projector.hide_deleted_turns(conv, spans)
+            # Surviving neighbours: server-built, stored now so the conversation stays
+            # searchable. If the model or store fails, the worker retries them.
+            pending = [r for p in plans for r in p.pending]
+            if pending:
+                try:
+                    result = self.projector.store_records(pending, [])
+                    if result.errors:
+                        raise RuntimeError(result.errors[0].message)
+                except Exception as exc:
+                    log.warning("delete_neighbours_deferred", error=str(exc)[:300])
+                    with self.events.transaction() as db:
+                        version = self.queue.version_of(db, conv) or self.default_version
+                        self.queue.enqueue(db, conv, 1, version)
+            for p in plans:
+                if p.superseded:
+                    self.projector.retire_superseded(conv)
+                    break
+        return DeleteResult(max(len(newly), hidden), events_deleted, errors)
+
+    def _spans_of_chunks(
+        self, conv: str, chunk_ids: Sequence[str], errors: list[RecordError]
+    ) -> list[tuple[int, int]]:
+        """Turn spans of the listed chunks of this conversation (any version, deleted ones
+        included); an id the conversation never had is an error and changes nothing."""
+        with self.events.snapshot() as db:
+            layout = self.events.conversation_layout(db, conv)
+        spans: list[tuple[int, int]] = []
+        for i, cid in enumerate(dict.fromkeys(chunk_ids)):
+            row = layout.get(cid)
+            if row is None:
+                errors.append(
+                    RecordError(
+                        cid,
+                        f"chunk_ids[{i}]: no chunk with this id in conversation {conv!r}",
+                        REASON_UNKNOWN,
                     )
-                    self.events.mark_layout_deleted(db, conv, turn_range=span)
-                targets = self.store.query(expr, with_vectors=True)
-            self.store.set_deleted(targets)
-        return DeleteResult(len(targets), events_deleted, errors)
+                )
+            else:
+                spans.append((row.start_turn, row.end_turn))
+        return spans
 
     # -- ListChunks / RetireChunkVersion / PurgeDeleted -------------------------------------
     def list_chunks(
@@ -460,7 +352,7 @@ class IngestService:
         conv = validation.conversation_id(conversation_id, "conversation_id")
         if chunk_version < 1:
             raise InvalidArgument("chunk_version", "must be >= 1")
-        with self.store.write_lock:
+        with self.locks.hold(conv):
             ids = [
                 c.record.chunk_id
                 for c in self.store.query(
@@ -474,16 +366,32 @@ class IngestService:
         return len(ids)
 
     def purge_deleted(self, conversation_id: str) -> tuple[int, int]:
-        expr = "deleted == true"
+        """Physically erase deleted chunks and turns: from the store, the event log (a
+        tombstone keeps each turn id, so numbering continues) and the embedding cache."""
         if conversation_id:
-            validation.conversation_id(conversation_id, "conversation_id")
-            expr = f"{in_expr('conversation_id', [conversation_id])} and {expr}"
-        with self.store.write_lock:
-            ids = [c.record.chunk_id for c in self.store.query(expr)]
-            self.store.delete(ids)
-            with self.events.transaction() as db:
-                events = self.events.purge_events(db, conversation_id or None)
-        return len(ids), events
+            targets = [validation.conversation_id(conversation_id, "conversation_id")]
+        else:
+            stored = {
+                c.record.metadata.conversation_id for c in self.store.query("deleted == true")
+            }
+            targets = sorted(stored | set(self.events.conversations_with_deleted()))
+        chunks = events = 0
+        for conv in targets:
+            with self.locks.hold(conv):
+                ids = [
+                    c.record.chunk_id
+                    for c in self.store.query(
+                        f"conversation_id == {quote(conv)} and deleted == true"
+                    )
+                ]
+                self.store.delete(ids)
+                with self.events.transaction() as db:
+                    turns = self.events.purge_events(db, conv)
+                    hashes = self.events.purge_layout(db, conv, turns)
+                self.cache.forget(sorted(hashes))
+            chunks += len(ids)
+            events += len(turns)
+        return chunks, events
 
 
 def _event_ref(e: MemoryEvent | EventRow) -> str:

@@ -20,13 +20,11 @@ from memsvc.embedder import Embedder, QueryBatcher
 from memsvc.errors import InvalidArgument
 from memsvc.eventlog import EventLog
 from memsvc.filters import build_filter_expr
+from memsvc.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K
 from memsvc.store import ChunkStore, StoredChunk
 from memsvc.types import Hit, SearchMode, SearchRequest
 
 DEFAULT_TOP_K = 6
-MAX_TOP_K = 100
-MAX_QUERY_CHARS = 4096
-MAX_BATCH_TEXTS = 256
 RRF_K = 60
 
 

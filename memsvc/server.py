@@ -19,7 +19,6 @@ from grpc_reflection.v1alpha import reflection
 from memsvc import validation
 from memsvc.app import Services, build_services
 from memsvc.config import Settings
-from memsvc.embedder import EmbedderError
 from memsvc.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from memsvc.eventlog import QueueItem
 from memsvc.types import (
@@ -125,7 +124,7 @@ def filters_from_pb(f: pb.SearchFilters) -> SearchFilters:
 
 
 def _errors_pb(errors: Any) -> list[pb.RecordError]:
-    return [pb.RecordError(chunk_id=e.chunk_id, message=e.message) for e in errors]
+    return [pb.RecordError(chunk_id=e.chunk_id, message=e.message, reason=e.reason) for e in errors]
 
 
 # -- status mapping and the per-RPC log line ------------------------------------------------
@@ -136,7 +135,6 @@ _STATUS: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
-    (EmbedderError, grpc.StatusCode.UNAVAILABLE),
 ]
 
 

@@ -19,17 +19,19 @@ import structlog
 
 from memsvc.errors import FailedPrecondition
 from memsvc.filters import ids_expr, quote
+from memsvc.limits import (
+    MAX_CHUNK_ID_CHARS,
+    MAX_CONVERSATION_ID_CHARS,
+    MAX_NAME_CHARS,
+    MAX_PARTICIPANTS,
+    MAX_TIMESTAMP_CHARS,
+)
 from memsvc.text import epoch_ms
 from memsvc.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
 
 log = structlog.get_logger(__name__)
 
 SCHEMA_VERSION = 1
-MAX_TEXT_CHARS = 16_000  # VARCHAR limit is 65,535 bytes; CJK takes 3 bytes a character
-MAX_ID_CHARS = 64
-MAX_CONVERSATION_ID_CHARS = 512
-MAX_PARTICIPANTS = 64
-MAX_NAME_CHARS = 256
 _QUERY_PAGE = 16_000  # Milvus caps offset + limit of one query at 16,384
 
 _SCALAR_FIELDS = [
@@ -174,7 +176,9 @@ class ChunkStore:
 
         c = self._client
         schema = c.create_schema(auto_id=False, enable_dynamic_field=False, description=description)
-        schema.add_field("chunk_id", DataType.VARCHAR, is_primary=True, max_length=MAX_ID_CHARS)
+        schema.add_field(
+            "chunk_id", DataType.VARCHAR, is_primary=True, max_length=MAX_CHUNK_ID_CHARS
+        )
         schema.add_field(
             "conversation_id", DataType.VARCHAR, max_length=MAX_CONVERSATION_ID_CHARS * 4
         )
@@ -188,8 +192,8 @@ class ChunkStore:
         schema.add_field("content_hash", DataType.VARCHAR, max_length=64)
         schema.add_field("start_turn", DataType.INT64)
         schema.add_field("end_turn", DataType.INT64)
-        schema.add_field("ts_start", DataType.VARCHAR, max_length=64)
-        schema.add_field("ts_end", DataType.VARCHAR, max_length=64)
+        schema.add_field("ts_start", DataType.VARCHAR, max_length=MAX_TIMESTAMP_CHARS)
+        schema.add_field("ts_end", DataType.VARCHAR, max_length=MAX_TIMESTAMP_CHARS)
         schema.add_field("ts_start_ms", DataType.INT64)
         schema.add_field("ts_end_ms", DataType.INT64)
         schema.add_field(
@@ -287,15 +291,24 @@ class ChunkStore:
         return [(_from_row(h["entity"]), float(h["distance"])) for h in result[0]]
 
     def search_keyword(self, text: str, expr: str, limit: int) -> list[tuple[StoredChunk, float]]:
-        result = self._client.search(
-            self.collection,
-            data=[text],
-            anns_field="sparse",
-            limit=limit,
-            filter=expr,
-            output_fields=_SCALAR_FIELDS,
-            search_params={"metric_type": "BM25"},
-        )
+        from pymilvus.exceptions import MilvusException
+
+        try:
+            result = self._client.search(
+                self.collection,
+                data=[text],
+                anns_field="sparse",
+                limit=limit,
+                filter=expr,
+                output_fields=_SCALAR_FIELDS,
+                search_params={"metric_type": "BM25"},
+            )
+        except MilvusException as exc:
+            # Milvus Lite 2.5.1 computes BM25 statistics over an empty collection as NaN and
+            # fails the search ("Invalid sparse row: NaN or Inf value"): nothing to find.
+            if "NaN or Inf" in str(exc):
+                return []
+            raise
         return [(_from_row(h["entity"]), float(h["distance"])) for h in result[0]]
 
     # -- writes ---------------------------------------------------------------------------

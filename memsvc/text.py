@@ -33,6 +33,12 @@ def has_control_chars(text: str) -> bool:
     return any(unicodedata.category(ch) == "Cc" for ch in text)
 
 
+def has_format_chars(text: str) -> bool:
+    """Invisible format characters (Unicode Cf: zero-width spaces, direction marks): two ids
+    that look identical must not name two conversations."""
+    return any(unicodedata.category(ch) == "Cf" for ch in text)
+
+
 def is_chinese(text: str) -> bool:
     """Chinese when there are at least a quarter as many CJK characters as Latin letters.
 

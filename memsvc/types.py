@@ -52,10 +52,22 @@ class ChunkRecord:
     metadata: ChunkMetadata
 
 
+# Why a record (or event) of a batch was refused: a stable, machine-readable code.
+REASON_INVALID = "invalid"  # a field fails validation (the message names it)
+REASON_UNKNOWN = "unknown"  # no chunk with this id was built by this server
+REASON_SUPERSEDED = "superseded"  # a later build replaced this chunk
+REASON_DELETED = "deleted"  # the chunk covers a deleted turn
+REASON_MISMATCH = "mismatch"  # text or metadata differ from the server's chunk for this id
+REASON_TOO_LONG = "too_long"  # over the model's token limit
+# Refusals that mean "the layout moved on": build again and upsert what it returns.
+STALE_REASONS = frozenset({REASON_UNKNOWN, REASON_SUPERSEDED, REASON_DELETED, REASON_MISMATCH})
+
+
 @dataclass(frozen=True)
 class RecordError:
     chunk_id: str
     message: str
+    reason: str = REASON_INVALID
 
 
 @dataclass(frozen=True)

@@ -6,17 +6,19 @@ from collections.abc import Iterable, Sequence
 
 from memsvc.errors import InvalidArgument
 from memsvc.ids import chunk_id as compute_chunk_id
-from memsvc.store import (
+from memsvc.limits import (
+    MAX_CHUNK_ID_CHARS,
+    MAX_CHUNK_TEXT_CHARS,
     MAX_CONVERSATION_ID_CHARS,
-    MAX_ID_CHARS,
+    MAX_EVENTS_PER_CALL,
+    MAX_INTENT_TAG_CHARS,
     MAX_NAME_CHARS,
     MAX_PARTICIPANTS,
-    MAX_TEXT_CHARS,
+    MAX_TIMESTAMP_CHARS,
+    MAX_TURN_CHARS,
 )
-from memsvc.text import has_control_chars, parse_rfc3339
+from memsvc.text import has_control_chars, has_format_chars, parse_rfc3339
 from memsvc.types import SPEAKERS, ChunkRecord, MemoryEvent, TurnRange
-
-MAX_EVENTS_PER_CALL = 10_000
 
 
 def conversation_id(value: str, field: str) -> str:
@@ -24,8 +26,17 @@ def conversation_id(value: str, field: str) -> str:
         raise InvalidArgument(field, "must not be empty")
     if len(value) > MAX_CONVERSATION_ID_CHARS:
         raise InvalidArgument(field, f"longer than {MAX_CONVERSATION_ID_CHARS} characters")
-    if has_control_chars(value):
-        raise InvalidArgument(field, "must not contain control characters")
+    if has_control_chars(value) or has_format_chars(value):
+        raise InvalidArgument(
+            field, "must not contain control or invisible format characters (e.g. U+200B)"
+        )
+    return value
+
+
+def timestamp(value: str, field: str) -> str:
+    if len(value) > MAX_TIMESTAMP_CHARS:
+        raise InvalidArgument(field, f"longer than {MAX_TIMESTAMP_CHARS} characters")
+    parse_rfc3339(value, field)
     return value
 
 
@@ -41,9 +52,15 @@ def names(values: Sequence[str], field: str) -> tuple[str, ...]:
     if len(values) > MAX_PARTICIPANTS:
         raise InvalidArgument(field, f"more than {MAX_PARTICIPANTS} names")
     for i, name in enumerate(values):
-        if not name or len(name) > MAX_NAME_CHARS or has_control_chars(name):
+        if (
+            not name.strip()
+            or len(name) > MAX_NAME_CHARS
+            or has_control_chars(name)
+            or has_format_chars(name)
+        ):
             raise InvalidArgument(
-                f"{field}[{i}]", f"must be 1-{MAX_NAME_CHARS} characters, no control characters"
+                f"{field}[{i}]",
+                f"must be 1-{MAX_NAME_CHARS} characters, no control or invisible format characters",
             )
     return tuple(values)
 
@@ -92,9 +109,9 @@ def event(e: MemoryEvent, field: str) -> None:
     speaker(e.speaker, f"{field}.speaker")
     if not e.timestamp:
         raise InvalidArgument(f"{field}.timestamp", "required (RFC 3339 with offset)")
-    parse_rfc3339(e.timestamp, f"{field}.timestamp")
-    if len(e.text) > MAX_TEXT_CHARS * 64:
-        raise InvalidArgument(f"{field}.text", "longer than 1,024,000 characters")
+    timestamp(e.timestamp, f"{field}.timestamp")
+    if len(e.text) > MAX_TURN_CHARS:
+        raise InvalidArgument(f"{field}.text", f"longer than {MAX_TURN_CHARS:,} characters")
     names(e.participants, f"{field}.participants")
     if e.speaker_name:
         names([e.speaker_name], f"{field}.speaker_name")
@@ -105,8 +122,8 @@ def record(r: ChunkRecord, field: str) -> None:
     m = r.metadata
     if not r.chunk_id:
         raise InvalidArgument(f"{field}.chunk_id", "must not be empty")
-    if len(r.chunk_id) > MAX_ID_CHARS:
-        raise InvalidArgument(f"{field}.chunk_id", f"longer than {MAX_ID_CHARS} characters")
+    if len(r.chunk_id) > MAX_CHUNK_ID_CHARS:
+        raise InvalidArgument(f"{field}.chunk_id", f"longer than {MAX_CHUNK_ID_CHARS} characters")
     conversation_id(m.conversation_id, f"{field}.metadata.conversation_id")
     turn_range(m.turn_range, f"{field}.metadata.turn_range")
     if m.chunk_version < 1:
@@ -125,13 +142,15 @@ def record(r: ChunkRecord, field: str) -> None:
         )
     if not r.text.strip():
         raise InvalidArgument(f"{field}.text", "must not be empty")
-    if len(r.text) > MAX_TEXT_CHARS:
-        raise InvalidArgument(f"{field}.text", f"longer than {MAX_TEXT_CHARS} characters")
+    if len(r.text) > MAX_CHUNK_TEXT_CHARS:
+        raise InvalidArgument(f"{field}.text", f"longer than {MAX_CHUNK_TEXT_CHARS} characters")
     for name, value in (("start", m.timestamp_range.start), ("end", m.timestamp_range.end)):
         if value:
-            parse_rfc3339(value, f"{field}.metadata.timestamp_range.{name}")
+            timestamp(value, f"{field}.metadata.timestamp_range.{name}")
     names(m.participants, f"{field}.metadata.participants")
     for i, s in enumerate(m.speakers):
         speaker(s, f"{field}.metadata.speakers[{i}]")
-    if len(m.intent_tag) > 64 or has_control_chars(m.intent_tag):
-        raise InvalidArgument(f"{field}.metadata.intent_tag", "at most 64 characters")
+    if len(m.intent_tag) > MAX_INTENT_TAG_CHARS or has_control_chars(m.intent_tag):
+        raise InvalidArgument(
+            f"{field}.metadata.intent_tag", f"at most {MAX_INTENT_TAG_CHARS} characters"
+        )

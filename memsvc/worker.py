@@ -21,7 +21,7 @@ import structlog
 
 from memsvc.eventlog import QueueItem
 from memsvc.ingest import IngestService
-from memsvc.types import ChunkRecord
+from memsvc.types import STALE_REASONS, ChunkRecord
 
 log = structlog.get_logger(__name__)
 
@@ -114,7 +114,9 @@ class IndexWorker:
                 self._changed.wait(self.settings.idle_poll_s)
 
     def process(self, items: Sequence[QueueItem]) -> None:
-        """Build each leased conversation, then embed and upsert all their chunks at once."""
+        """Re-plan each leased conversation, then embed and store all their pending chunks
+        at once. The store write re-checks every chunk against the layout under the
+        conversation's lock, so a delete or build that lands meanwhile wins."""
         built: list[tuple[QueueItem, list[ChunkRecord], int]] = []
         for item in items:
             try:
@@ -136,18 +138,24 @@ class IndexWorker:
     ) -> None:
         records = [r for _, chunks, _ in group for r in chunks]
         try:
-            result = self.ingest.upsert(records, register_versions=register)
+            result = self.ingest.projector.store_records(records, [], register_versions=register)
         except Exception as exc:
             for item, _, _ in group:
                 self._fail(item, exc)
             return
-        bad = {e.chunk_id: e.message for e in result.errors}
+        refused = {e.chunk_id: e for e in result.errors}
         for item, chunks, last in group:
-            errors = [bad[c.chunk_id] for c in chunks if c.chunk_id in bad]
-            if errors:
-                self._fail(item, RuntimeError("; ".join(errors[:3])))
+            errors = [refused[c.chunk_id] for c in chunks if c.chunk_id in refused]
+            broken = [e for e in errors if e.reason not in STALE_REASONS]
+            if broken:
+                self._fail(item, RuntimeError("; ".join(e.message for e in broken[:3])))
                 continue
-            if not register:
+            if errors:
+                # The layout moved on while we embedded (a delete or a build won the race):
+                # not a failure; go round again on the new layout.
+                with self.ingest.events.transaction() as db:
+                    self.queue.enqueue(db, item.conversation_id, 1, item.chunk_version)
+            elif not register:
                 self.ingest.events.add_store_versions([(item.conversation_id, item.chunk_version)])
             self.queue.complete(item.conversation_id, last)
             log.info(
@@ -155,6 +163,7 @@ class IndexWorker:
                 conversation_id=item.conversation_id,
                 chunks=len(chunks),
                 last_turn=last,
+                stale=len(errors),
             )
 
     def _fail(self, item: QueueItem, exc: BaseException) -> None:
@@ -209,8 +218,8 @@ class IndexWorker:
         events = self.ingest.events
         known = events.conversations()
         targets = [c for c in conversation_ids if c in set(known)] if conversation_ids else known
-        with events.transaction() as db:
-            for conv in targets:
+        for conv in targets:
+            with self.ingest.locks.hold(conv), events.transaction() as db:
                 events.reset_indexed(db, conv, chunk_version)
                 live = events.live_turn_count(db, conv)
                 self.queue.enqueue(db, conv, max(1, live), chunk_version, reindex=True)

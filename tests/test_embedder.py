@@ -9,11 +9,11 @@ import pytest
 from memsvc.embedder import (
     BUNDLED_MODEL_NAME,
     Embedder,
-    EmbedderError,
     EmbeddingCache,
     embed_passages_cached,
     load_embedder,
 )
+from memsvc.errors import EmbedderError
 from tests.conftest import make_settings
 
 

@@ -87,12 +87,14 @@ class ChunkRecord(_message.Message):
     def __init__(self, chunk_id: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Union[ChunkMetadata, _Mapping]] = ...) -> None: ...
 
 class RecordError(_message.Message):
-    __slots__ = ("chunk_id", "message")
+    __slots__ = ("chunk_id", "message", "reason")
     CHUNK_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     chunk_id: str
     message: str
-    def __init__(self, chunk_id: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    reason: str
+    def __init__(self, chunk_id: _Optional[str] = ..., message: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class BuildIncrementalChunksRequest(_message.Message):
     __slots__ = ("events", "chunk_version", "allow_gaps", "conversation_id")

@@ -1,0 +1,25 @@
+"""Every input limit in one place. Each is checked when input arrives (naming the field),
+and each is within what the vector store and the model accept, so whatever the service
+accepts it can also index."""
+
+from __future__ import annotations
+
+# -- events ---------------------------------------------------------------------------------
+MAX_EVENTS_PER_CALL = 10_000
+MAX_CONVERSATION_ID_CHARS = 512
+# Characters of one turn's text. Longer turns are split into pieces by the chunker.
+MAX_TURN_CHARS = 1_024_000
+MAX_NAME_CHARS = 256  # a participant or speaker name
+MAX_PARTICIPANTS = 64  # names per event, and per chunk (the first 64 in turn order)
+MAX_TIMESTAMP_CHARS = 64  # RFC 3339 needs at most 35; the store column holds 64
+
+# -- chunk records ----------------------------------------------------------------------------
+MAX_CHUNK_ID_CHARS = 64
+# Characters of a chunk's text: the store's VARCHAR holds 65,535 bytes, CJK takes 3 a character.
+MAX_CHUNK_TEXT_CHARS = 16_000
+MAX_INTENT_TAG_CHARS = 64
+
+# -- queries ----------------------------------------------------------------------------------
+MAX_QUERY_CHARS = 4096
+MAX_BATCH_TEXTS = 256
+MAX_TOP_K = 100

@@ -1,0 +1,336 @@
+"""The vector store as a projection of the event log.
+
+The event log is the only source of truth. For each conversation and chunk_version the
+*layout* is the set of chunks planned from the live (non-deleted) turns; the store holds
+what the layout holds, and nothing else stays live:
+
+- `replan` recomputes the layout from the live turns. New or changed windows are rendered
+  and become *pending* (not yet stored). Chunks that left the layout are either *deleted*
+  (they covered a turn that is now deleted: kept for audit, marked deleted in the store) or
+  *superseded* (a tail replaced by a longer window: removed from the store once its
+  replacement is stored).
+- `store` writes records only if each equals, byte for byte, the chunk the layout holds for
+  its id at the moment of writing (the check runs again under the conversation's lock after
+  the model has embedded, so a delete or rebuild that lands meanwhile wins). The server is
+  the author of every chunk; a caller can only hand back what a build gave it.
+
+Callers hold the conversation's lock (memsvc.locks) around `replan` and the write phase.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import structlog
+
+from memsvc.chunking import ChunkRenderer, plan_windows
+from memsvc.embedder import Embedder, EmbeddingCache, embed_passages_cached, text_hash
+from memsvc.eventlog import EventLog, IndexQueue, LayoutRow
+from memsvc.filters import quote
+from memsvc.locks import ConversationLocks
+from memsvc.store import ChunkStore, StoredChunk, content_hash
+from memsvc.types import (
+    REASON_DELETED,
+    REASON_MISMATCH,
+    REASON_SUPERSEDED,
+    REASON_TOO_LONG,
+    REASON_UNKNOWN,
+    ChunkRecord,
+    RecordError,
+    UpsertResult,
+)
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Replan:
+    conversation_id: str
+    version: int
+    # Chunks of the layout not yet in the store (new, changed, or never stored).
+    pending: list[ChunkRecord]
+    # Chunks that left the layout in this replan, their turns still live.
+    superseded: list[str]
+    # Chunks that left the layout in this replan because a turn they cover is deleted.
+    deleted: list[str]
+
+
+@dataclass
+class _Counts:
+    upserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    retired: int = 0
+
+
+class Projector:
+    def __init__(
+        self,
+        events: EventLog,
+        store: ChunkStore,
+        embedder: Embedder,
+        cache: EmbeddingCache,
+        renderer: ChunkRenderer,
+        locks: ConversationLocks,
+    ) -> None:
+        self.events = events
+        self.store = store
+        self.embedder = embedder
+        self.cache = cache
+        self.renderer = renderer
+        self.policy = renderer.policy
+        self.locks = locks
+
+    # -- planning -----------------------------------------------------------------------
+    def replan(self, conversation_id: str, version: int) -> Replan:
+        """Recompute the layout of one conversation and version from its live turns.
+        The caller holds the conversation's lock: the rows read here cannot change before
+        the write below, except by appends, which the next replan picks up."""
+        ev, conv = self.events, conversation_id
+        with ev.snapshot() as db:
+            turns = ev.live_turns(db, conv)
+            old = ev.get_layout(db, conv, version)
+            deleted_turns = ev.deleted_turn_ids(db, conv)
+        # Rendering (jieba, the tokenizer) runs outside any transaction on the shared log.
+        windows = plan_windows(turns, self.policy, self.embedder.count_tokens)
+        pending: list[ChunkRecord] = []
+        fresh: list[LayoutRow] = []
+        current: set[str] = set()
+        for w in windows:
+            cid = w.chunk_id(conv, version)
+            current.add(cid)
+            source = w.source_hash(version, self.policy)
+            previous = old.get(cid)
+            same = (
+                previous is not None
+                and not previous.deleted
+                and previous.source_hash == source
+                and previous.content_hash != ""
+            )
+            if same and previous is not None and previous.indexed:
+                continue
+            record = self.renderer.render(conv, w, version)
+            pending.append(record)
+            if not same:
+                fresh.append(
+                    LayoutRow(
+                        cid,
+                        conv,
+                        version,
+                        w.start_turn,
+                        w.end_turn,
+                        source,
+                        text_hash(record.text),
+                        content_hash=content_hash(record),
+                    )
+                )
+        gone = [row for cid, row in old.items() if cid not in current and not row.deleted]
+        deleted = sorted(r.chunk_id for r in gone if _covers_any(r, deleted_turns))
+        superseded = sorted({r.chunk_id for r in gone} - set(deleted))
+        if fresh or gone:
+            with ev.transaction() as db:
+                ev.put_layout(db, fresh)
+                ev.mark_layout_deleted(db, deleted)
+                ev.drop_layout(db, superseded)
+                ev.add_superseded(db, conv, superseded)
+                ev.clear_superseded(db, (r.chunk_id for r in fresh))
+        return Replan(conv, version, pending, superseded, deleted)
+
+    # -- writing ------------------------------------------------------------------------
+    def store_records(
+        self,
+        records: Sequence[ChunkRecord],
+        errors: list[RecordError],
+        register_versions: bool = True,
+    ) -> UpsertResult:
+        """Embed and store server-authored records; anything else is a per-record error.
+
+        `register_versions=False` (a reindex in progress) keeps searches on the
+        conversation's previous version until the worker completes it."""
+        authored = self._authored(records, errors)
+        # The model is the slow part: embed before taking any lock. Texts already stored
+        # with identical content need no vector; the cache makes the rest cheap on replays.
+        existing = self.store.get([r.chunk_id for r in authored])
+        need = [r for r in authored if not _holds(existing.get(r.chunk_id), r)]
+        need = self._drop_too_long(need, errors)
+        too_long = {e.chunk_id for e in errors if e.reason == REASON_TOO_LONG}
+        authored = [r for r in authored if r.chunk_id not in too_long]
+        texts = list(dict.fromkeys(r.text for r in need))
+        vectors = dict(
+            zip(texts, embed_passages_cached(self.embedder, self.cache, texts), strict=True)
+        )
+        counts = _Counts()
+        by_conv: dict[str, list[ChunkRecord]] = {}
+        for r in authored:
+            by_conv.setdefault(r.metadata.conversation_id, []).append(r)
+        for conv, group in by_conv.items():
+            with self.locks.hold(conv):
+                self._write(conv, group, vectors, errors, counts, register_versions)
+        return UpsertResult(
+            counts.upserted, counts.updated, counts.unchanged, counts.retired, errors
+        )
+
+    def _authored(
+        self, records: Sequence[ChunkRecord], errors: list[RecordError]
+    ) -> list[ChunkRecord]:
+        """The records that equal what the layout holds for their ids now."""
+        ids = [r.chunk_id for r in records]
+        layout = self.events.layout_rows(ids)
+        superseded = self.events.superseded_among(ids)
+        ok: list[ChunkRecord] = []
+        for r in records:
+            row = layout.get(r.chunk_id)
+            if row is None:
+                if r.chunk_id in superseded:
+                    errors.append(
+                        RecordError(
+                            r.chunk_id,
+                            "stale: superseded by a later build of its conversation",
+                            REASON_SUPERSEDED,
+                        )
+                    )
+                else:
+                    errors.append(
+                        RecordError(
+                            r.chunk_id,
+                            "unknown chunk id: not built by this server for its conversation"
+                            " and version (BuildIncrementalChunks builds chunks)",
+                            REASON_UNKNOWN,
+                        )
+                    )
+            elif row.deleted:
+                errors.append(
+                    RecordError(
+                        r.chunk_id,
+                        "stale: the chunk covers a deleted turn; it is not restored",
+                        REASON_DELETED,
+                    )
+                )
+            elif row.content_hash != content_hash(r):
+                errors.append(
+                    RecordError(
+                        r.chunk_id,
+                        "text or metadata differ from the chunk the server built for this id"
+                        " (stale after an edit, or changed by the caller): build again and"
+                        " upsert what the build returns",
+                        REASON_MISMATCH,
+                    )
+                )
+            else:
+                ok.append(r)
+        return ok
+
+    def _write(
+        self,
+        conv: str,
+        records: list[ChunkRecord],
+        vectors: dict[str, np.ndarray],
+        errors: list[RecordError],
+        counts: _Counts,
+        register_versions: bool,
+    ) -> None:
+        """Under the conversation's lock: check authorship again, write, bookkeep."""
+        records = self._authored(records, errors)
+        existing = self.store.get([r.chunk_id for r in records])
+        writes: list[StoredChunk] = []
+        for r in records:
+            old = existing.get(r.chunk_id)
+            if _holds(old, r):
+                counts.unchanged += 1
+                continue
+            live = replace(r, metadata=replace(r.metadata, deleted=False))
+            vector = vectors.get(r.text)
+            if vector is None:  # stored text, changed by a concurrent write: embed it now
+                vector = embed_passages_cached(self.embedder, self.cache, [r.text])[0]
+            writes.append(StoredChunk(live, content_hash(live), vector))
+            if old is None:
+                counts.upserted += 1
+            else:
+                counts.updated += 1
+        self.store.upsert(writes)
+        self.events.mark_indexed([(r.chunk_id, text_hash(r.text)) for r in records])
+        with self.events.transaction() as db:
+            IndexQueue(self.events).advance_indexed(db, conv)
+        if writes:
+            self.events.add_store_versions(
+                {(conv, w.record.metadata.chunk_version) for w in writes},
+                complete=register_versions,
+            )
+        counts.retired += self.retire_superseded(conv)
+
+    def _drop_too_long(
+        self, records: list[ChunkRecord], errors: list[RecordError]
+    ) -> list[ChunkRecord]:
+        """The chunker keeps every chunk within the model's limit; refuse (never truncate)
+        anything that is not, should a bug ever produce one."""
+        limit = self.embedder.info.max_tokens
+        keep = []
+        for r, n in zip(
+            records, self.embedder.count_tokens([r.text for r in records]), strict=True
+        ):
+            if n + self.embedder.info.special_tokens > limit:
+                errors.append(
+                    RecordError(
+                        r.chunk_id,
+                        f"text: {n} tokens; the model reads at most"
+                        f" {limit - self.embedder.info.special_tokens}",
+                        REASON_TOO_LONG,
+                    )
+                )
+            else:
+                keep.append(r)
+        return keep
+
+    def retire_superseded(self, conversation_id: str) -> int:
+        """Remove the conversation's superseded tails from the store (under its lock)."""
+        pending = self.events.pending_superseded(conversation_id)
+        if not pending:
+            return 0
+        live = [cid for cid, c in self.store.get(pending).items() if not c.record.metadata.deleted]
+        self.store.delete(live)
+        self.events.superseded_done(pending)
+        return len(live)
+
+    def hide_deleted_turns(
+        self, conversation_id: str, spans: Sequence[tuple[int, int]] | None
+    ) -> int:
+        """Mark deleted every live stored chunk of the conversation that overlaps the spans
+        (None = all) and is not a chunk of the current layout (layout chunks are rendered
+        from live turns only). Returns the number of chunks changed."""
+        expr_parts = [f"deleted == false and conversation_id == {quote(conversation_id)}"]
+        if spans is not None:
+            expr_parts.append(
+                "("
+                + " or ".join(
+                    f"(start_turn <= {int(e)} and end_turn >= {int(s)})" for s, e in spans
+                )
+                + ")"
+            )
+        candidates = self.store.query(" and ".join(expr_parts), with_vectors=True)
+        layout = self.events.layout_rows([c.record.chunk_id for c in candidates])
+        stale = [
+            c
+            for c in candidates
+            if (row := layout.get(c.record.chunk_id)) is None
+            or row.deleted
+            or row.content_hash != c.content_hash
+        ]
+        self.store.set_deleted(stale)
+        return len(stale)
+
+
+def _holds(stored: StoredChunk | None, record: ChunkRecord) -> bool:
+    """The store already holds this record, live."""
+    return (
+        stored is not None
+        and not stored.record.metadata.deleted
+        and stored.content_hash == content_hash(record)
+    )
+
+
+def _covers_any(row: LayoutRow, sorted_turns: Sequence[int]) -> bool:
+    i = bisect.bisect_left(sorted_turns, row.start_turn)
+    return i < len(sorted_turns) and sorted_turns[i] <= row.end_turn
