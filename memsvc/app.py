@@ -14,6 +14,7 @@ from memsvc.ingest import IngestService
 from memsvc.prefix import KeywordExtractor
 from memsvc.search import SearchService, SearchTuning
 from memsvc.store import ChunkStore
+from memsvc.supervision import StoreWatch
 from memsvc.types import SearchMode
 from memsvc.worker import IndexWorker, WorkerSettings
 
@@ -29,10 +30,13 @@ class Services:
     ingest: IngestService
     search: SearchService
     worker: IndexWorker
+    store_watch: StoreWatch
 
     def close(self) -> None:
+        """Worker first (it finishes or hands back its batch), the store last but the log."""
         self.worker.stop()
         self.search.close()
+        self.store_watch.stop()
         self.store.close()
         self.events.close()
 
@@ -68,7 +72,15 @@ def build_services(settings: Settings, embedder: Embedder | None = None) -> Serv
         max_tokens=min(settings.chunk_max_tokens, 512),
     )
     renderer = ChunkRenderer(KeywordExtractor(), embedder.count_tokens, policy)
-    ingest = IngestService(events, store, embedder, cache, renderer, settings.chunk_version)
+    ingest = IngestService(
+        events,
+        store,
+        embedder,
+        cache,
+        renderer,
+        settings.chunk_version,
+        max_turn_chars=settings.max_turn_chars,
+    )
     tuning = SearchTuning(
         default_mode=SearchMode(settings.search_default_mode),
         dense_weight=settings.search_dense_weight,
@@ -86,8 +98,11 @@ def build_services(settings: Settings, embedder: Embedder | None = None) -> Serv
         ),
     )
     _follow_store_identity(events, ingest, store, settings.chunk_version)
+    watch = StoreWatch(store, settings.store_check_s)
+    watch.on_change(lambda up: worker.notify() if up else None)
+    watch.start()
     worker.start()
-    return Services(settings, embedder, store, events, ingest, search, worker)
+    return Services(settings, embedder, store, events, ingest, search, worker, watch)
 
 
 def _follow_store_identity(

@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from memsvc.limits import MAX_TURN_CHARS
+
 DEFAULT_MODEL = "BAAI/bge-small-zh-v1.5"
 
 
@@ -34,6 +36,12 @@ class Settings(BaseSettings):
     )
     embed_batch_size: int = Field(16, ge=1, le=1024, description="passages per forward pass")
     torch_threads: int = Field(0, ge=0, description="0 = number of CPU cores")
+    max_turn_chars: int = Field(
+        100_000,
+        ge=1,
+        le=MAX_TURN_CHARS,
+        description="characters of one turn's text; longer turns are INVALID_ARGUMENT",
+    )
     chunk_version: int = Field(1, ge=1, description="default chunk_version")
     chunk_max_turns: int = Field(4, ge=1, le=64, description="turns per window at most")
     chunk_overlap_turns: int = Field(2, ge=0, le=63, description="turns shared by neighbours")
@@ -42,6 +50,21 @@ class Settings(BaseSettings):
     search_keyword_weight: float = Field(1.0, ge=0.0, description="RRF weight of the BM25 list")
     search_dense_weight: float = Field(1.0, ge=0.0, description="RRF weight of the dense list")
     grpc_workers: int = Field(16, ge=1, le=256)
+    max_waiting_calls: int = Field(
+        4, ge=1, le=256, description="concurrent WaitForIndexed calls; more: RESOURCE_EXHAUSTED"
+    )
+    max_heavy_calls: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="concurrent Build/Upsert/EmbedBatch/Delete/Purge calls; more are refused",
+    )
+    shutdown_grace_s: float = Field(
+        30.0, ge=0, le=3600, description="SIGTERM: seconds in-flight calls get to finish"
+    )
+    store_check_s: float = Field(
+        1.0, gt=0, le=60, description="seconds between store health checks"
+    )
     index_workers: int = Field(1, ge=0, le=16, description="index worker threads (0 = off)")
     index_batch_conversations: int = Field(8, ge=1, le=256, description="leased per cycle")
     index_max_attempts: int = Field(5, ge=1, le=100)
@@ -53,6 +76,11 @@ class Settings(BaseSettings):
     def _check(self) -> Settings:
         if self.chunk_overlap_turns >= self.chunk_max_turns:
             raise ValueError("chunk_overlap_turns must be smaller than chunk_max_turns")
+        if self.max_waiting_calls + self.max_heavy_calls > self.grpc_workers - 4:
+            raise ValueError(
+                "max_waiting_calls + max_heavy_calls must leave at least 4 of grpc_workers"
+                " for health checks, appends and searches"
+            )
         host, sep, port = self.listen.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"listen must be HOST:PORT, got {self.listen!r}")

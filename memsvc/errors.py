@@ -29,3 +29,19 @@ class Unavailable(MemsvcError):
 
 class EmbedderError(Unavailable):
     """The model failed to encode (the caller's batch is not written)."""
+
+
+class ResourceExhausted(MemsvcError):
+    """Too many calls of one kind at once; the caller should retry after `retry_after_s`."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(f"{message}; retry after {retry_after_s:g}s")
+        self.retry_after_s = retry_after_s
+
+
+class Cancelled(MemsvcError):
+    """The caller went away (deadline passed or call cancelled); the work was stopped."""
+
+
+class StoreUnavailable(Unavailable):
+    """The vector store cannot be reached; the service keeps trying to reconnect."""

@@ -678,6 +678,15 @@ class IndexQueue:
                 "UPDATE index_queue SET state = 'pending', lease_until = 0 WHERE state = 'indexing'"
             ).rowcount
 
+    def release(self, conversation_id: str) -> None:
+        """Hand a lease back untouched: pending again, no attempt counted."""
+        with self.log.transaction() as db:
+            db.execute(
+                "UPDATE index_queue SET state = 'pending', lease_until = 0, leased_dirty = 0"
+                " WHERE conversation_id = ? AND state = 'indexing'",
+                (conversation_id,),
+            )
+
     def lease(self, now: float, lease_s: float, limit: int) -> list[QueueItem]:
         with self.log.transaction() as db:
             rows = db.execute(
@@ -694,14 +703,19 @@ class IndexQueue:
             )
         return [_queue_item(r) for r in rows]
 
-    def complete(self, conversation_id: str, indexed_turn: int) -> None:
+    def complete(self, conversation_id: str, indexed_turn: int, again: bool = False) -> None:
+        """The leased work is stored through `indexed_turn`. `again`: more remains (a
+        bounded step, or the layout moved on meanwhile): pending again, a reindex stays one."""
+        more = int(again)
         with self.log.transaction() as db:
             db.execute(
-                "UPDATE index_queue SET dirty = MAX(0, dirty - leased_dirty), leased_dirty = 0,"
-                " state = CASE WHEN dirty - leased_dirty > 0 THEN 'pending' ELSE 'idle' END,"
-                " attempts = 0, last_error = '', lease_until = 0, reindex = 0,"
+                "UPDATE index_queue SET dirty = MAX(0, dirty - leased_dirty) + ?,"
+                " leased_dirty = 0,"
+                " state = CASE WHEN dirty - leased_dirty + ? > 0 THEN 'pending' ELSE 'idle' END,"
+                " attempts = 0, last_error = '', lease_until = 0,"
+                " reindex = CASE WHEN ? THEN reindex ELSE 0 END,"
                 " last_indexed_turn = MAX(last_indexed_turn, ?) WHERE conversation_id = ?",
-                (indexed_turn, conversation_id),
+                (more, more, more, indexed_turn, conversation_id),
             )
 
     def fail(

@@ -16,6 +16,7 @@ from memsvc.embedder import Embedder, EmbeddingCache
 from memsvc.errors import InvalidArgument
 from memsvc.eventlog import EventLog, EventRow, IndexQueue
 from memsvc.filters import quote
+from memsvc.limits import MAX_TURN_CHARS
 from memsvc.locks import ConversationLocks
 from memsvc.projection import Projector, Replan
 from memsvc.store import ChunkStore
@@ -55,6 +56,7 @@ class IngestService:
         renderer: ChunkRenderer,
         default_version: int,
         locks: ConversationLocks | None = None,
+        max_turn_chars: int = MAX_TURN_CHARS,
     ) -> None:
         self.events = events
         self.queue = IndexQueue(events)
@@ -64,6 +66,7 @@ class IngestService:
         self.locks = locks or ConversationLocks()
         self.projector = Projector(events, store, embedder, cache, renderer, self.locks)
         self.default_version = default_version
+        self.max_turn_chars = max_turn_chars
         self._recount_tokens_if_tokenizer_changed()
 
     def _recount_tokens_if_tokenizer_changed(self) -> None:
@@ -95,7 +98,7 @@ class IngestService:
             raise InvalidArgument("chunk_version", "must be >= 0 (0 = server default)")
         version = chunk_version or self.default_version
         if events:
-            conv = validation.events(events)
+            conv = validation.events(events, self.max_turn_chars)
             if conversation_id and conversation_id != conv:
                 raise InvalidArgument("conversation_id", "differs from the events' conversation_id")
         elif not conversation_id:
@@ -167,7 +170,7 @@ class IngestService:
         good: dict[str, list[EventRow]] = {}
         for conv, items in by_conv.items():
             try:
-                validation.conversation_events(items, conv)
+                validation.conversation_events(items, conv, self.max_turn_chars)
             except InvalidArgument as exc:
                 errors += [RecordError(_event_ref(e), str(exc)) for _, e in items]
                 continue
@@ -292,7 +295,8 @@ class IngestService:
                 if p.superseded:
                     self.projector.retire_superseded(conv)
                     break
-        return DeleteResult(max(len(newly), hidden), events_deleted, errors)
+        # the replans hid their gone chunks; hide_deleted_turns counted only the others
+        return DeleteResult(len(newly) + hidden, events_deleted, errors)
 
     def _spans_of_chunks(
         self, conv: str, chunk_ids: Sequence[str], errors: list[RecordError]

@@ -130,6 +130,12 @@ class Projector:
         gone = [row for cid, row in old.items() if cid not in current and not row.deleted]
         deleted = sorted(r.chunk_id for r in gone if _covers_any(r, deleted_turns))
         superseded = sorted({r.chunk_id for r in gone} - set(deleted))
+        if deleted:
+            # A chunk over a now-deleted turn leaves the layout: hide its stored copy first
+            # (it may be a re-rendering without that turn, stored live), so a failure below
+            # leaves nothing visible and the next replan finds the row gone again.
+            stored = self.store.get(deleted, with_vectors=True)
+            self.store.set_deleted([c for c in stored.values() if not c.record.metadata.deleted])
         if fresh or gone:
             with ev.transaction() as db:
                 ev.put_layout(db, fresh)

@@ -10,14 +10,14 @@ With MMR the selection changes, the scores do not: hits stay sorted by score.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from memsvc.embedder import Embedder, QueryBatcher
-from memsvc.errors import InvalidArgument
+from memsvc.errors import Cancelled, InvalidArgument
 from memsvc.eventlog import EventLog
 from memsvc.filters import build_filter_expr
 from memsvc.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K
@@ -53,28 +53,69 @@ class SearchService:
     # -- EmbedChunk / EmbedBatch --------------------------------------------------------
     def embed_query(self, query: str) -> np.ndarray:
         _check_query(query, "query")
+        self._check_tokens([query], ["query"], is_query=True)
         return self.queries.encode(query)
 
-    def embed_batch(self, texts: Sequence[str], is_query: bool) -> np.ndarray:
+    def embed_batch(
+        self,
+        texts: Sequence[str],
+        is_query: bool,
+        caller_waiting: Callable[[], bool] = lambda: True,
+    ) -> np.ndarray:
+        """In slices of the model's batch size (memory bounded by one slice of 512-token
+        texts), stopping between slices if the caller has gone."""
         if not texts:
             raise InvalidArgument("texts", "must not be empty")
         if len(texts) > MAX_BATCH_TEXTS:
             raise InvalidArgument("texts", f"at most {MAX_BATCH_TEXTS} texts per call")
         for i, t in enumerate(texts):
             _check_query(t, f"texts[{i}]")
-        if is_query:
-            return self.embedder.encode_queries(texts)
-        return self.embedder.encode_passages(texts)
+        self._check_tokens(texts, [f"texts[{i}]" for i in range(len(texts))], is_query)
+        step = self.embedder.batch_size
+        parts = []
+        for start in range(0, len(texts), step):
+            if not caller_waiting():
+                raise Cancelled(f"caller left after {start} of {len(texts)} texts")
+            part = texts[start : start + step]
+            parts.append(
+                self.embedder.encode_queries(part)
+                if is_query
+                else self.embedder.encode_passages(part)
+            )
+        return np.concatenate(parts)
+
+    def _check_tokens(self, texts: Sequence[str], fields: Sequence[str], is_query: bool) -> None:
+        """Refuse (never truncate) what the model cannot read whole."""
+        info = self.embedder.info
+        prefix = (info.query_instruction or "") if is_query else ""
+        limit = info.max_tokens - info.special_tokens
+        # A WordPiece/BPE token covers at least one character: short texts need no count.
+        long = [
+            (f, prefix + t) for f, t in zip(fields, texts, strict=True) if len(prefix + t) > limit
+        ]
+        if not long:
+            return
+        for (field, _), n in zip(
+            long, self.embedder.count_tokens([t for _, t in long]), strict=True
+        ):
+            if n > limit:
+                raise InvalidArgument(
+                    field,
+                    f"{n} model tokens{' with the query instruction' if prefix else ''};"
+                    f" the model reads at most {limit}",
+                )
 
     # -- EmbedDb --------------------------------------------------------------------------
     def search(self, req: SearchRequest) -> tuple[SearchMode, int, list[Hit]]:
         _check_query(req.query_text, "query_text")
+        mode = req.mode or self.tuning.default_mode
+        if mode is not SearchMode.KEYWORD:
+            self._check_tokens([req.query_text], ["query_text"], is_query=True)
         if req.top_k < 0 or req.top_k > MAX_TOP_K:
             raise InvalidArgument("top_k", f"must be 0 (= {DEFAULT_TOP_K}) to {MAX_TOP_K}")
         if not 0.0 <= req.mmr_lambda <= 1.0:
             raise InvalidArgument("mmr_lambda", "must be 0 (off) or in (0, 1]")
         top_k = req.top_k or DEFAULT_TOP_K
-        mode = req.mode or self.tuning.default_mode
         f = req.filters
         latest = {} if f.chunk_version else self.events.multi_version_latest(f.conversation_ids)
         expr = build_filter_expr(f, latest)

@@ -17,9 +17,17 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from memsvc import validation
+from memsvc.admission import Gate
 from memsvc.app import Services, build_services
 from memsvc.config import Settings
-from memsvc.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from memsvc.errors import (
+    Cancelled,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
 from memsvc.eventlog import QueueItem
 from memsvc.types import (
     ChunkMetadata,
@@ -135,6 +143,8 @@ _STATUS: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (Cancelled, grpc.StatusCode.CANCELLED),
 ]
 
 
@@ -148,6 +158,7 @@ def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
             start = time.perf_counter()
             code = grpc.StatusCode.OK
             counts: dict[str, Any] = {}
+            self.in_flight.enter()
             try:
                 response = fn(self, request, context)
                 counts = summary(response)
@@ -160,8 +171,13 @@ def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
                         break
                 if code is grpc.StatusCode.INTERNAL:
                     log.exception("rpc_internal_error", method=fn.__name__)
+                if isinstance(exc, ResourceExhausted):
+                    # honoured by gRPC clients with a retry policy
+                    pushback = str(int(exc.retry_after_s * 1000))
+                    context.set_trailing_metadata((("grpc-retry-pushback-ms", pushback),))
                 context.abort(code, message)
             finally:
+                self.in_flight.leave()
                 log.info(
                     "rpc",
                     method=fn.__name__,
@@ -175,11 +191,37 @@ def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
     return decorate
 
 
+class InFlight:
+    """Counts RPC handlers running, so shutdown closes the store only after the last one
+    (gRPC's stop(grace) cancels calls at the deadline but cannot stop their threads)."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._idle = threading.Condition()
+
+    def enter(self) -> None:
+        with self._idle:
+            self._count += 1
+
+    def leave(self) -> None:
+        with self._idle:
+            self._count -= 1
+            if self._count == 0:
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: self._count == 0, timeout_s)
+
+
 class MemoryServicer(pb_grpc.MemoryServiceServicer):
     """Thin: converts, calls the core, converts back."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_waiting_calls: int = 4, max_heavy_calls: int = 4) -> None:
         self._services: Services | None = None
+        self.in_flight = InFlight()
+        self.waiting = Gate("WaitForIndexed", max_waiting_calls)
+        self.heavy = Gate("heavy (Build/Upsert/EmbedBatch/Delete/Purge)", max_heavy_calls)
 
     def attach(self, services: Services) -> None:
         self._services = services
@@ -194,12 +236,13 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     def BuildIncrementalChunks(
         self, request: pb.BuildIncrementalChunksRequest, context: grpc.ServicerContext
     ) -> pb.BuildIncrementalChunksResponse:
-        result = self.core.ingest.build(
-            [event_from_pb(e) for e in request.events],
-            chunk_version=request.chunk_version,
-            allow_gaps=request.allow_gaps,
-            conversation_id=request.conversation_id,
-        )
+        with self.heavy.enter():
+            result = self.core.ingest.build(
+                [event_from_pb(e) for e in request.events],
+                chunk_version=request.chunk_version,
+                allow_gaps=request.allow_gaps,
+                conversation_id=request.conversation_id,
+            )
         response = pb.BuildIncrementalChunksResponse(
             conversation_id=result.conversation_id,
             chunks=[record_to_pb(c) for c in result.chunks],
@@ -222,7 +265,8 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     def UpsertVectorRecords(
         self, request: pb.UpsertVectorRecordsRequest, context: grpc.ServicerContext
     ) -> pb.UpsertVectorRecordsResponse:
-        result = self.core.ingest.upsert([record_from_pb(r) for r in request.records])
+        with self.heavy.enter():
+            result = self.core.ingest.upsert([record_from_pb(r) for r in request.records])
         return pb.UpsertVectorRecordsResponse(
             upserted=result.upserted,
             updated=result.updated,
@@ -240,7 +284,8 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             if request.HasField("turn_range")
             else None
         )
-        result = self.core.ingest.delete(request.conversation_id, span, list(request.chunk_ids))
+        with self.heavy.enter():
+            result = self.core.ingest.delete(request.conversation_id, span, list(request.chunk_ids))
         return pb.LogicalDeleteBySourceResponse(
             deleted=result.deleted,
             events_deleted=result.events_deleted,
@@ -262,7 +307,10 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.EmbedBatchRequest, context: grpc.ServicerContext
     ) -> pb.EmbedBatchResponse:
         core = self.core
-        matrix = core.search.embed_batch(list(request.texts), request.is_query)
+        with self.heavy.enter():
+            matrix = core.search.embed_batch(
+                list(request.texts), request.is_query, context.is_active
+            )
         return pb.EmbedBatchResponse(
             vectors=[pb.Vector(values=row.tolist()) for row in matrix],
             model=core.embedder.name,
@@ -325,7 +373,8 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     def PurgeDeleted(
         self, request: pb.PurgeDeletedRequest, context: grpc.ServicerContext
     ) -> pb.PurgeDeletedResponse:
-        chunks, events = self.core.ingest.purge_deleted(request.conversation_id)
+        with self.heavy.enter():
+            chunks, events = self.core.ingest.purge_deleted(request.conversation_id)
         return pb.PurgeDeletedResponse(chunks_purged=chunks, events_purged=events)
 
     # -- asynchronous ingestion -------------------------------------------------------------
@@ -368,7 +417,10 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         if not 0 <= request.timeout_ms <= 300_000:
             raise InvalidArgument("timeout_ms", "must be 0 (= 10000) to 300000")
         timeout_s = (request.timeout_ms or 10_000) / 1000
-        item = self.core.worker.wait_for_indexed(conv, request.turn_id, timeout_s)
+        with self.waiting.enter():
+            item = self.core.worker.wait_for_indexed(
+                conv, request.turn_id, timeout_s, context.is_active
+            )
         if item is None:
             raise NotFound(f"conversation {conv!r} has no appended events")
         return pb.WaitForIndexedResponse(
@@ -422,16 +474,31 @@ class RunningServer:
 
     def mark_ready(self, services: Services) -> None:
         self.servicer.attach(services)
+        self.set_serving(services.store.up)
+        # NOT_SERVING while the vector store is down, SERVING again once it is back.
+        services.store_watch.on_change(self.set_serving)
+
+    def set_serving(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            self.health.set(name, status)
 
     def stop(self, grace: float = 5.0) -> None:
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        """Health NOT_SERVING at once, new calls refused, calls in flight get `grace`
+        seconds; returns when their handlers have finished (or `grace` + 10 s)."""
+        self.set_serving(False)
         self.server.stop(grace).wait()
+        if not self.servicer.in_flight.wait_idle(10.0):
+            log.warning("shutdown_handlers_still_running")
 
 
-def start_server(listen: str, workers: int = 16) -> RunningServer:
+def start_server(
+    listen: str, workers: int = 16, max_waiting_calls: int = 4, max_heavy_calls: int = 4
+) -> RunningServer:
     """Listen now (health NOT_SERVING, RPCs UNAVAILABLE) so probes work during model load."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
@@ -440,7 +507,7 @@ def start_server(listen: str, workers: int = 16) -> RunningServer:
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
         ],
     )
-    servicer = MemoryServicer()
+    servicer = MemoryServicer(max_waiting_calls, max_heavy_calls)
     pb_grpc.add_MemoryServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     for name in ("", SERVICE_NAME):
@@ -458,7 +525,9 @@ def start_server(listen: str, workers: int = 16) -> RunningServer:
 
 def serve(settings: Settings) -> None:
     """`memsvc serve`: listen, load model and store, serve until SIGINT/SIGTERM."""
-    running = start_server(settings.listen, settings.grpc_workers)
+    running = start_server(
+        settings.listen, settings.grpc_workers, settings.max_waiting_calls, settings.max_heavy_calls
+    )
     host = settings.listen.rpartition(":")[0]
     log.info("listening", address=f"{host}:{running.port}", health="NOT_SERVING until ready")
     stop = threading.Event()
@@ -472,6 +541,7 @@ def serve(settings: Settings) -> None:
     running.mark_ready(services)
     log.info("serving", address=f"{host}:{running.port}", model=services.embedder.name)
     stop.wait()
-    log.info("shutting_down")
-    running.stop()
+    log.info("shutting_down", grace_s=settings.shutdown_grace_s)
+    running.stop(settings.shutdown_grace_s)
     services.close()
+    log.info("stopped")

@@ -8,16 +8,18 @@ an error, never a mix of vectors.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import structlog
 
-from memsvc.errors import FailedPrecondition
+from memsvc.errors import FailedPrecondition, StoreUnavailable
 from memsvc.filters import ids_expr, quote
 from memsvc.limits import (
     MAX_CHUNK_ID_CHARS,
@@ -133,23 +135,111 @@ def _from_row(row: dict[str, Any]) -> StoredChunk:
     )
 
 
+# Keepalive pings every 10 s (pymilvus' default) make milvus-lite answer GOAWAY
+# too_many_pings; a local socket needs none, a remote server gets them at its own minimum.
+_GRPC_OPTIONS = {
+    "grpc.keepalive_time_ms": 300_000,
+    "grpc.keepalive_permit_without_calls": False,
+}
+PING_TIMEOUT_S = 2.0
+
+R = TypeVar("R")
+
+
+def _store_call(fn: Callable[..., R]) -> Callable[..., R]:
+    """A failing call is a store outage (StoreUnavailable, UNAVAILABLE to callers) when the
+    store does not answer a ping either; otherwise the error is the call's own."""
+
+    @functools.wraps(fn)
+    def wrapper(self: ChunkStore, *args: Any, **kwargs: Any) -> R:
+        if not self.up:
+            raise StoreUnavailable(f"vector store unreachable ({self.uri}): reconnecting")
+        try:
+            return fn(self, *args, **kwargs)
+        except (FailedPrecondition, StoreUnavailable):
+            raise
+        except Exception as exc:
+            if self.ping():
+                raise
+            self.mark_down(exc)
+            raise StoreUnavailable(f"vector store unreachable ({self.uri}): retry later") from exc
+
+    return wrapper
+
+
 class ChunkStore:
-    """Milvus collection access; knows nothing of gRPC or chunking."""
+    """Milvus collection access; knows nothing of gRPC or chunking.
+
+    `up` is false from a failed call (or ping) until `reconnect()` succeeds; StoreWatch
+    (memsvc.supervision) drives it. For Milvus Lite, reconnecting restarts its server
+    process on the same file."""
 
     def __init__(self, uri: str, collection: str, model: str, dim: int, token: str = "") -> None:
-        from pymilvus import MilvusClient
-
         self.uri = uri
         self.collection = collection
         self.model = model
         self.dim = dim
-        self._client = MilvusClient(uri=uri, token=token) if token else MilvusClient(uri=uri)
+        self._token = token
+        self._client = self._connect()
         # Read-modify-write of rows (logical delete) must not interleave with upserts.
         self.write_lock = threading.RLock()
+        self._up = threading.Event()
         self._ensure_collection()
+        self._up.set()
+
+    @property
+    def is_lite(self) -> bool:
+        return self.uri.endswith(".db")
+
+    def _connect(self) -> Any:
+        from pymilvus import MilvusClient
+
+        kwargs: dict[str, Any] = {"uri": self.uri, "grpc_options": _GRPC_OPTIONS}
+        if self._token:
+            kwargs["token"] = self._token
+        return MilvusClient(**kwargs)
 
     def close(self) -> None:
+        self._up.clear()
         self._client.close()
+
+    # -- health ---------------------------------------------------------------------------
+    @property
+    def up(self) -> bool:
+        return self._up.is_set()
+
+    def ping(self) -> bool:
+        try:
+            self._client.has_collection(self.collection, timeout=PING_TIMEOUT_S)
+            return True
+        except Exception:
+            return False
+
+    def mark_down(self, exc: BaseException | None = None) -> None:
+        if self._up.is_set():
+            self._up.clear()
+            log.error("store_down", uri=self.uri, error=str(exc)[:300] if exc else "ping failed")
+
+    def reconnect(self) -> bool:
+        """Connect again (restarting the Milvus Lite server process); True when up."""
+        try:
+            old = self._client
+            if self.is_lite:
+                from milvus_lite.server_manager import server_manager_instance
+
+                server_manager_instance.release_server(self.uri)
+            with contextlib.suppress(Exception):  # the old connection is dead
+                old.close()
+            self._client = self._connect()
+            self._ensure_collection()
+        except FailedPrecondition:
+            raise
+        except Exception as exc:
+            log.warning("store_reconnect_failed", uri=self.uri, error=str(exc)[:300])
+            return False
+        self._up.set()
+        log.info("store_up", uri=self.uri)
+        return True
 
     def _ensure_collection(self) -> None:
         marker = {"memsvc_schema": SCHEMA_VERSION, "model": self.model, "dim": self.dim}
@@ -232,6 +322,7 @@ class ChunkStore:
         log.info("collection_created", collection=self.collection, model=self.model, dim=self.dim)
 
     # -- reads ----------------------------------------------------------------------------
+    @_store_call
     def get(self, chunk_ids: Sequence[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
         if not chunk_ids:
             return {}
@@ -246,6 +337,7 @@ class ChunkStore:
                 out[chunk.record.chunk_id] = chunk
         return out
 
+    @_store_call
     def query(self, expr: str, with_vectors: bool = False) -> list[StoredChunk]:
         """Every row matching `expr` (paged past Milvus's per-query cap)."""
         fields = _SCALAR_FIELDS + (["vector"] if with_vectors else [])
@@ -271,10 +363,12 @@ class ChunkStore:
                 return out
             last = max(str(r["chunk_id"]) for r in rows)
 
+    @_store_call
     def count(self, expr: str = "") -> int:
         rows = self._client.query(self.collection, filter=expr, output_fields=["count(*)"])
         return int(rows[0]["count(*)"])
 
+    @_store_call
     def search_dense(
         self, vector: np.ndarray, expr: str, limit: int, with_vectors: bool = False
     ) -> list[tuple[StoredChunk, float]]:
@@ -290,6 +384,7 @@ class ChunkStore:
         )
         return [(_from_row(h["entity"]), float(h["distance"])) for h in result[0]]
 
+    @_store_call
     def search_keyword(self, text: str, expr: str, limit: int) -> list[tuple[StoredChunk, float]]:
         from pymilvus.exceptions import MilvusException
 
@@ -312,17 +407,20 @@ class ChunkStore:
         return [(_from_row(h["entity"]), float(h["distance"])) for h in result[0]]
 
     # -- writes ---------------------------------------------------------------------------
+    @_store_call
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         """Insert or replace whole rows by chunk_id; one call per batch."""
         if chunks:
             self._client.upsert(self.collection, [_to_row(c) for c in chunks])
 
+    @_store_call
     def delete(self, chunk_ids: Sequence[str]) -> None:
         for start in range(0, len(chunk_ids), 1000):
             self._client.delete(
                 self.collection, filter=ids_expr(list(chunk_ids[start : start + 1000]))
             )
 
+    @_store_call
     def set_deleted(self, chunks: Sequence[StoredChunk]) -> None:
         """Rewrite rows (fetched with vectors) with deleted = true."""
         self.upsert(

@@ -78,20 +78,22 @@ def event_count(items: Sequence[MemoryEvent]) -> None:
         raise InvalidArgument("events", f"at most {MAX_EVENTS_PER_CALL} events per call")
 
 
-def events(items: Sequence[MemoryEvent]) -> str:
+def events(items: Sequence[MemoryEvent], max_text_chars: int = MAX_TURN_CHARS) -> str:
     """Checks a BuildIncrementalChunks batch (one conversation); returns its conversation_id."""
     event_count(items)
     conv = conversation_id(items[0].conversation_id, "events[0].conversation_id")
-    conversation_events(enumerate(items), conv)
+    conversation_events(enumerate(items), conv, max_text_chars)
     return conv
 
 
-def conversation_events(indexed: Iterable[tuple[int, MemoryEvent]], conv: str) -> None:
+def conversation_events(
+    indexed: Iterable[tuple[int, MemoryEvent]], conv: str, max_text_chars: int = MAX_TURN_CHARS
+) -> None:
     """Each event valid, all of conversation `conv`, no turn_id twice; `indexed` pairs
     each event with its position in the request, which the field names use."""
     seen: set[int] = set()
     for i, e in indexed:
-        event(e, f"events[{i}]")
+        event(e, f"events[{i}]", max_text_chars)
         if e.conversation_id != conv:
             raise InvalidArgument(
                 f"events[{i}].conversation_id",
@@ -102,7 +104,7 @@ def conversation_events(indexed: Iterable[tuple[int, MemoryEvent]], conv: str) -
         seen.add(e.turn_id)
 
 
-def event(e: MemoryEvent, field: str) -> None:
+def event(e: MemoryEvent, field: str, max_text_chars: int = MAX_TURN_CHARS) -> None:
     conversation_id(e.conversation_id, f"{field}.conversation_id")
     if e.turn_id < 0:
         raise InvalidArgument(f"{field}.turn_id", "must be >= 0")
@@ -110,8 +112,11 @@ def event(e: MemoryEvent, field: str) -> None:
     if not e.timestamp:
         raise InvalidArgument(f"{field}.timestamp", "required (RFC 3339 with offset)")
     timestamp(e.timestamp, f"{field}.timestamp")
-    if len(e.text) > MAX_TURN_CHARS:
-        raise InvalidArgument(f"{field}.text", f"longer than {MAX_TURN_CHARS:,} characters")
+    if len(e.text) > max_text_chars:
+        raise InvalidArgument(
+            f"{field}.text",
+            f"longer than {max_text_chars:,} characters (MEMSVC_MAX_TURN_CHARS)",
+        )
     names(e.participants, f"{field}.participants")
     if e.speaker_name:
         names([e.speaker_name], f"{field}.speaker_name")

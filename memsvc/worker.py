@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
 
+from memsvc.errors import StoreUnavailable
 from memsvc.eventlog import QueueItem
 from memsvc.ingest import IngestService
 from memsvc.types import STALE_REASONS, ChunkRecord
@@ -33,6 +34,9 @@ class WorkerSettings:
     max_attempts: int = 5
     backoff_s: float = 1.0
     lease_s: float = 300.0
+    # Chunks embedded per conversation per cycle: a huge turn is indexed in bounded steps,
+    # taking turns with other conversations, and a shutdown waits for one step at most.
+    max_chunks_per_cycle: int = 64
     idle_poll_s: float = 0.5
 
 
@@ -72,10 +76,16 @@ class IndexWorker:
             self._threads.append(t)
 
     def stop(self, timeout: float = 30.0) -> None:
+        """Finish the batch in flight within `timeout`; a batch still running then is
+        abandoned: its leases go back to pending, so the next start takes it again."""
         self._stop.set()
         self.notify()
+        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout)
+            t.join(max(0.0, deadline - time.monotonic()))
+        if any(t.is_alive() for t in self._threads):
+            released = self.queue.release_stale_leases()
+            log.warning("index_batch_abandoned", conversations=released)
 
     def set_paused(self, paused: bool) -> None:
         """Pause: returns once the batch in flight (if any) is finished."""
@@ -100,7 +110,8 @@ class IndexWorker:
         while not self._stop.is_set():
             with self._cycle:
                 items: list[QueueItem] = []
-                if not self._paused.is_set():
+                # A store outage is nobody's fault: wait for it instead of failing attempts.
+                if not self._paused.is_set() and self.ingest.store.up:
                     try:
                         items = self.queue.lease(
                             time.time(), self.settings.lease_s, self.settings.batch_conversations
@@ -118,11 +129,22 @@ class IndexWorker:
         at once. The store write re-checks every chunk against the layout under the
         conversation's lock, so a delete or build that lands meanwhile wins."""
         built: list[tuple[QueueItem, list[ChunkRecord], int]] = []
+        more: set[str] = set()
+        cap = self.settings.max_chunks_per_cycle
         for item in items:
             try:
                 result = self.ingest.build_for_index(item.conversation_id, item.chunk_version)
                 last = result.turn_range.end if result.turn_range is not None else -1
-                built.append((item, result.chunks, last))
+                chunks = sorted(
+                    result.chunks,
+                    key=lambda c: (c.metadata.turn_range.start, c.metadata.part_index),
+                )
+                if len(chunks) > cap:
+                    # This step stores the first `cap` chunks; the rest wait for next cycle.
+                    last = chunks[cap].metadata.turn_range.start - 1
+                    chunks = chunks[:cap]
+                    more.add(item.conversation_id)
+                built.append((item, chunks, last))
             except Exception as exc:
                 self._fail(item, exc)
         if built:
@@ -130,11 +152,14 @@ class IndexWorker:
             for register in (True, False):
                 group = [b for b in built if (not b[0].reindex) == register]
                 if group:
-                    self._upsert(group, register)
+                    self._upsert(group, register, more)
         self.notify()
 
     def _upsert(
-        self, group: list[tuple[QueueItem, list[ChunkRecord], int]], register: bool
+        self,
+        group: list[tuple[QueueItem, list[ChunkRecord], int]],
+        register: bool,
+        more: set[str],
     ) -> None:
         records = [r for _, chunks, _ in group for r in chunks]
         try:
@@ -150,14 +175,12 @@ class IndexWorker:
             if broken:
                 self._fail(item, RuntimeError("; ".join(e.message for e in broken[:3])))
                 continue
-            if errors:
-                # The layout moved on while we embedded (a delete or a build won the race):
-                # not a failure; go round again on the new layout.
-                with self.ingest.events.transaction() as db:
-                    self.queue.enqueue(db, item.conversation_id, 1, item.chunk_version)
-            elif not register:
+            # Go round again if the layout moved on while we embedded (a delete or a build
+            # won the race) or if this was one step of a large conversation.
+            again = bool(errors) or item.conversation_id in more
+            if not again and not register:
                 self.ingest.events.add_store_versions([(item.conversation_id, item.chunk_version)])
-            self.queue.complete(item.conversation_id, last)
+            self.queue.complete(item.conversation_id, last, again)
             log.info(
                 "conversation_indexed",
                 conversation_id=item.conversation_id,
@@ -167,6 +190,14 @@ class IndexWorker:
             )
 
     def _fail(self, item: QueueItem, exc: BaseException) -> None:
+        if isinstance(exc, StoreUnavailable) or self._stop.is_set() or not self.ingest.store.up:
+            # An outage or a shutdown, not this conversation's fault: hand the lease back
+            # without counting an attempt; it is taken again once the store is up.
+            log.warning(
+                "index_deferred", conversation_id=item.conversation_id, error=str(exc)[:300]
+            )
+            self.queue.release(item.conversation_id)
+            return
         message = f"{type(exc).__name__}: {exc}"
         log.warning(
             "index_failed",
@@ -184,10 +215,15 @@ class IndexWorker:
 
     # -- read your writes -----------------------------------------------------------------
     def wait_for_indexed(
-        self, conversation_id: str, turn_id: int, timeout_s: float
+        self,
+        conversation_id: str,
+        turn_id: int,
+        timeout_s: float,
+        caller_waiting: Callable[[], bool] = lambda: True,
     ) -> QueueItem | None:
-        """Until the conversation is indexed through `turn_id` with nothing pending, or the
-        time-out. Returns the last status seen (None: conversation unknown)."""
+        """Until the conversation is indexed through `turn_id` with nothing pending, the
+        time-out, or the caller leaving (`caller_waiting` false: its deadline passed or it
+        cancelled). Returns the last status seen (None: conversation unknown)."""
         deadline = time.monotonic() + timeout_s
         while True:
             status = self.queue.status([conversation_id])
@@ -196,6 +232,8 @@ class IndexWorker:
                 return item
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (item is not None and item.state == "failed"):
+                return item
+            if not caller_waiting():
                 return item
             with self._changed:
                 self._changed.wait(min(remaining, 0.1))

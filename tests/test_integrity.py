@@ -263,3 +263,19 @@ def test_wait_for_indexed_sees_synchronous_writes_after_async_ones(services: Ser
     item = services.worker.wait_for_indexed("mix", 3, 5)
     assert item is not None and item.indexed_through(3), item
     assert covered_turns(services, "mix") == {0, 1, 2, 3}
+
+
+def test_rerendered_chunk_over_a_deleted_turn_is_hidden_when_the_tail_grows(
+    services: Services,
+) -> None:
+    """Turns 0-2 in one chunk; delete turn 1 (the chunk is re-rendered from 0 and 2 under
+    the same id); turn 3 extends it into a new chunk: the old one must not stay live."""
+    sync(services, conversation("rr", EN_TURNS[:3]))
+    services.ingest.delete("rr", TurnRange(1, 1), [])
+    services.ingest.append(conversation("rr", EN_TURNS[3:4], start=3))
+    services.worker.notify()
+    assert services.worker.wait_for_indexed("rr", 3, 60) is not None
+    chunks = services.ingest.list_chunks("rr", False, 1000, "").chunks
+    assert len(chunks) == 1, [c.metadata.turn_range for c in chunks]
+    assert covered_turns(services, "rr") == {0, 1, 2, 3}
+    assert EN_TURNS[1] not in chunks[0].text

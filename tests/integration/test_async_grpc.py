@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -21,9 +22,14 @@ def list_all(stub: pb_grpc.MemoryServiceStub, conv: str) -> dict[str, str]:
     return {c.chunk_id: c.text for c in list_all_chunks(stub, conv)}
 
 
-def kill_9_mid_indexing(tmp_path: Path, services: Services, conv_events: list[MemoryEvent]) -> None:
-    """Append a conversation, kill -9 the server while it indexes, restart: the recovered
-    chunks equal a clean build of the same events."""
+def kill_9_mid_indexing(
+    tmp_path: Path,
+    services: Services,
+    conv_events: list[MemoryEvent],
+    sig: signal.Signals = signal.SIGKILL,
+) -> None:
+    """Append a conversation, kill -9 (or SIGTERM) the server while it indexes, restart:
+    the recovered chunks equal a clean build of the same events."""
     conversation_id = conv_events[0].conversation_id
     events = [event_to_pb(e) for e in conv_events]
 
@@ -45,8 +51,9 @@ def kill_9_mid_indexing(tmp_path: Path, services: Services, conv_events: list[Me
         assert status.last_appended_turn == len(events) - 1
     finally:
         channel.close()
-        proc.kill()  # SIGKILL: no clean shutdown
-        proc.wait()
+        proc.send_signal(sig)  # SIGKILL: no clean shutdown; SIGTERM: a drained one
+        code = proc.wait(timeout=120)
+    assert code == (0 if sig is signal.SIGTERM else -signal.SIGKILL)
     assert status.last_indexed_turn < len(events) - 1, "indexing finished before the kill"
 
     port = free_port()
@@ -79,6 +86,12 @@ def kill_9_mid_indexing(tmp_path: Path, services: Services, conv_events: list[Me
 
 def test_kill_9_mid_indexing_loses_nothing(tmp_path: Path, services: Services) -> None:
     kill_9_mid_indexing(tmp_path, services, generate("gen-kill", 11, sessions=12))
+
+
+def test_sigterm_mid_indexing_stops_cleanly_and_resumes(tmp_path: Path, services: Services) -> None:
+    kill_9_mid_indexing(
+        tmp_path, services, generate("gen-term", 12, sessions=8), sig=signal.SIGTERM
+    )
 
 
 @pytest.fixture()
