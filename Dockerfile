@@ -32,8 +32,15 @@ USER memsvc
 VOLUME ["/data"]
 EXPOSE 50051
 
-# grpc.health.v1 Check against the server itself: SERVING once model and store are ready.
-HEALTHCHECK --interval=15s --timeout=5s --start-period=90s --retries=3 \
-    CMD python -c "import grpc,sys; from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g; ch=grpc.insecure_channel('127.0.0.1:50051'); r=g.HealthStub(ch).Check(h.HealthCheckRequest(), timeout=4); sys.exit(0 if r.status == h.HealthCheckResponse.SERVING else 1)"
+# grpc.health.v1 Check against the server itself (no token needed; TLS followed if on).
+HEALTHCHECK --interval=15s --timeout=5s --start-period=90s --retries=3 CMD ["memsvc", "health"]
 
+# Listening on 0.0.0.0 needs authentication (memsvc refuses to start otherwise). Mount the
+# tokens file, and TLS files if the port leaves the pod, as secrets, e.g.:
+#   docker run -v ./tokens:/run/secrets/memsvc_tokens:ro \
+#     -e MEMSVC_AUTH_TOKENS_FILE=/run/secrets/memsvc_tokens \
+#     -v ./tls:/run/secrets/tls:ro -e MEMSVC_TLS_CERT_FILE=/run/secrets/tls/server.crt \
+#     -e MEMSVC_TLS_KEY_FILE=/run/secrets/tls/server.key memsvc
+# A tokens file holds one "ROLE TOKEN" line per token (reader, writer, admin); `kill -HUP`
+# the server to rotate them.
 CMD ["memsvc", "serve"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
 
@@ -41,13 +42,25 @@ class Services:
         self.events.close()
 
 
+def secure_data_dir(path: Path) -> None:
+    """The data dir 0700 and every file in it 0600, whatever the umask or an older
+    version left: the event log holds raw conversation text. (`memsvc serve` also sets
+    umask 077, so files created later, milvus-lite's included, are private too.)"""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    for p in path.rglob("*"):
+        if p.is_symlink():
+            continue
+        p.chmod(0o700 if p.is_dir() else 0o600)
+
+
 def milvus_uri(settings: Settings) -> str:
     return settings.milvus_uri or str((settings.data_dir / "milvus.db").resolve())
 
 
 def build_services(settings: Settings, embedder: Embedder | None = None) -> Services:
     """Everything the servicer needs. `embedder` lets tests share one loaded model."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    secure_data_dir(settings.data_dir)
     if embedder is None:
         embedder = load_embedder(settings)
     log.info(

@@ -1,4 +1,4 @@
-"""`memsvc serve`: flags override MEMSVC_* environment variables."""
+"""`memsvc serve` (flags override MEMSVC_* environment variables) and `memsvc health`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from memsvc.logs import configure_logging
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memsvc", description="conversation-memory sidecar")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("health", help="exit 0 if the local server is SERVING (for HEALTHCHECK)")
     serve = sub.add_parser("serve", help="run the gRPC server")
     serve.add_argument("--listen", help="HOST:PORT (env MEMSVC_LISTEN, default 127.0.0.1:50051)")
     serve.add_argument("--data-dir", help="data directory (env MEMSVC_DATA_DIR, default ./data)")
@@ -31,6 +32,24 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--chunk-version", type=int, help="default chunk_version")
     serve.add_argument("--chunk-max-turns", type=int, help="turns per chunk window at most")
     serve.add_argument("--chunk-overlap-turns", type=int, help="turns shared by neighbours")
+    serve.add_argument("--auth-tokens-file", help="'ROLE TOKEN' lines (MEMSVC_AUTH_TOKENS_FILE)")
+    serve.add_argument(
+        "--reflection",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="gRPC reflection (MEMSVC_REFLECTION; default on, off with auth)",
+    )
+    serve.add_argument("--tls-cert-file", help="PEM certificate chain (MEMSVC_TLS_CERT_FILE)")
+    serve.add_argument("--tls-key-file", help="PEM private key (MEMSVC_TLS_KEY_FILE)")
+    serve.add_argument(
+        "--tls-client-ca-file", help="require client certificates (MEMSVC_TLS_CLIENT_CA_FILE)"
+    )
+    serve.add_argument(
+        "--allow-insecure",
+        action="store_true",
+        default=None,
+        help="listen beyond loopback without tokens (MEMSVC_ALLOW_INSECURE)",
+    )
     serve.add_argument("--log-format", choices=["auto", "json", "console"])
     serve.add_argument("--log-level")
     return parser
@@ -45,6 +64,10 @@ def settings_from_args(argv: list[str] | None = None) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> None:
+    if (argv if argv is not None else sys.argv[1:])[:1] == ["health"]:
+        from memsvc.probe import check_health
+
+        raise SystemExit(0 if check_health() else 1)
     try:
         settings = settings_from_args(argv)
     except ValidationError as exc:

@@ -69,6 +69,20 @@ class Settings(BaseSettings):
     index_batch_conversations: int = Field(8, ge=1, le=256, description="leased per cycle")
     index_max_attempts: int = Field(5, ge=1, le=100)
     index_backoff_s: float = Field(1.0, gt=0, description="first retry delay, doubled each time")
+    auth_tokens_file: Path | None = Field(
+        None, description="file of 'ROLE TOKEN' lines; set = every MemoryService call needs a token"
+    )
+    reflection: bool | None = Field(
+        None, description="gRPC server reflection; unset = on without auth, off with auth"
+    )
+    tls_cert_file: Path | None = Field(None, description="PEM certificate chain: serve TLS")
+    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file")
+    tls_client_ca_file: Path | None = Field(
+        None, description="PEM CA bundle: require client certificates signed by it (mTLS)"
+    )
+    allow_insecure: bool = Field(
+        False, description="allow a non-loopback listen address without a tokens file"
+    )
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
 
@@ -81,6 +95,10 @@ class Settings(BaseSettings):
                 "max_waiting_calls + max_heavy_calls must leave at least 4 of grpc_workers"
                 " for health checks, appends and searches"
             )
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("tls_client_ca_file needs tls_cert_file and tls_key_file")
         host, sep, port = self.listen.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"listen must be HOST:PORT, got {self.listen!r}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memsvc import validation
 from memsvc.embedder import Embedder, QueryBatcher
 from memsvc.errors import Cancelled, InvalidArgument
 from memsvc.eventlog import EventLog
@@ -108,6 +109,7 @@ class SearchService:
     # -- EmbedDb --------------------------------------------------------------------------
     def search(self, req: SearchRequest) -> tuple[SearchMode, int, list[Hit]]:
         _check_query(req.query_text, "query_text")
+        validation.search_filters(req.filters)
         mode = req.mode or self.tuning.default_mode
         if mode is not SearchMode.KEYWORD:
             self._check_tokens([req.query_text], ["query_text"], is_query=True)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 import structlog
@@ -19,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from memsvc import validation
 from memsvc.admission import Gate
 from memsvc.app import Services, build_services
+from memsvc.auth import AuthInterceptor, TokenFileError, TokenTable, is_loopback
 from memsvc.config import Settings
 from memsvc.errors import (
     Cancelled,
@@ -43,6 +45,8 @@ from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 
 log = structlog.get_logger(__name__)
+
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["MemoryService"].full_name
 
@@ -373,6 +377,13 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     def PurgeDeleted(
         self, request: pb.PurgeDeletedRequest, context: grpc.ServicerContext
     ) -> pb.PurgeDeletedResponse:
+        if not request.conversation_id and not request.all_conversations:
+            raise InvalidArgument(
+                "conversation_id",
+                "name a conversation, or set all_conversations to purge every conversation",
+            )
+        if request.conversation_id and request.all_conversations:
+            raise InvalidArgument("all_conversations", "set it or conversation_id, not both")
         with self.heavy.enter():
             chunks, events = self.core.ingest.purge_deleted(request.conversation_id)
         return pb.PurgeDeletedResponse(chunks_purged=chunks, events_purged=events)
@@ -496,12 +507,64 @@ class RunningServer:
             log.warning("shutdown_handlers_still_running")
 
 
+class _Undecodable:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """A request that does not decode (invalid UTF-8 in a string field, a malformed
+    message) is the caller's error, INVALID_ARGUMENT, not gRPC's default INTERNAL."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        handler: Any = continuation(details)  # a namedtuple at run time (_replace)
+        if handler is None or not handler.unary_unary or handler.request_deserializer is None:
+            return handler  # type: ignore[no-any-return]
+        decode = handler.request_deserializer
+        behavior = handler.unary_unary
+
+        def safe_decode(data: bytes) -> Any:
+            try:
+                return decode(data)
+            except Exception as exc:
+                return _Undecodable(exc)
+
+        def checked(request: Any, context: grpc.ServicerContext) -> Any:
+            if isinstance(request, _Undecodable):
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "request: does not decode as the method's message (invalid UTF-8 in a"
+                    f" string field, or a malformed message): {request.error}"[:500],
+                )
+            return behavior(request, context)
+
+        replaced: Handler = handler._replace(request_deserializer=safe_decode, unary_unary=checked)
+        return replaced
+
+
 def start_server(
-    listen: str, workers: int = 16, max_waiting_calls: int = 4, max_heavy_calls: int = 4
+    listen: str,
+    workers: int = 16,
+    max_waiting_calls: int = 4,
+    max_heavy_calls: int = 4,
+    tokens: TokenTable | None = None,
+    credentials: grpc.ServerCredentials | None = None,
+    reflection_on: bool | None = None,
 ) -> RunningServer:
-    """Listen now (health NOT_SERVING, RPCs UNAVAILABLE) so probes work during model load."""
+    """Listen now (health NOT_SERVING, RPCs UNAVAILABLE) so probes work during model load.
+    With `tokens`, MemoryService calls need a bearer token (health stays open) and
+    reflection is off unless `reflection_on`."""
+    interceptors: list[Any] = [DecodeGuard()]
+    if tokens is not None:
+        # the auth check runs on the decoded request, inside the decode guard
+        interceptors.append(AuthInterceptor(tokens))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", 64 * 1024 * 1024),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -513,26 +576,77 @@ def start_server(
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
-    port = server.add_insecure_port(listen)
+    if reflection_on if reflection_on is not None else tokens is None:
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+    if credentials is not None:
+        port = server.add_secure_port(listen, credentials)
+    else:
+        port = server.add_insecure_port(listen)
     if port == 0:
         raise RuntimeError(f"cannot listen on {listen}")
     server.start()
     return RunningServer(server, port, servicer, health_servicer)
 
 
+def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        return None
+    ca = settings.tls_client_ca_file
+    return grpc.ssl_server_credentials(
+        [(settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes())],
+        root_certificates=ca.read_bytes() if ca is not None else None,
+        require_client_auth=ca is not None,
+    )
+
+
+def check_exposure(settings: Settings) -> None:
+    """Refuse to serve beyond loopback with nobody authenticated, unless told to."""
+    if is_loopback(settings.listen) or settings.auth_tokens_file or settings.allow_insecure:
+        return
+    raise SystemExit(
+        f"memsvc: refusing to listen on {settings.listen} without authentication: anyone who"
+        " can reach it could read and erase every conversation. Set MEMSVC_AUTH_TOKENS_FILE"
+        " (--auth-tokens-file) to a file of 'ROLE TOKEN' lines (and TLS with"
+        " MEMSVC_TLS_CERT_FILE / MEMSVC_TLS_KEY_FILE), listen on 127.0.0.1, or set"
+        " MEMSVC_ALLOW_INSECURE=true (--allow-insecure) if a network policy protects it."
+    )
+
+
 def serve(settings: Settings) -> None:
     """`memsvc serve`: listen, load model and store, serve until SIGINT/SIGTERM."""
+    check_exposure(settings)
+    # Everything the service writes (event log, cache, Milvus Lite files) is private.
+    os.umask(0o077)
+    try:
+        tokens = TokenTable(settings.auth_tokens_file) if settings.auth_tokens_file else None
+    except TokenFileError as exc:
+        raise SystemExit(f"memsvc: auth tokens file: {exc}") from None
     running = start_server(
-        settings.listen, settings.grpc_workers, settings.max_waiting_calls, settings.max_heavy_calls
+        settings.listen,
+        settings.grpc_workers,
+        settings.max_waiting_calls,
+        settings.max_heavy_calls,
+        tokens=tokens,
+        credentials=server_credentials(settings),
+        reflection_on=settings.reflection,
     )
     host = settings.listen.rpartition(":")[0]
-    log.info("listening", address=f"{host}:{running.port}", health="NOT_SERVING until ready")
+    log.info(
+        "listening",
+        address=f"{host}:{running.port}",
+        health="NOT_SERVING until ready",
+        auth=tokens is not None,
+        tls=settings.tls_cert_file is not None,
+        mtls=settings.tls_client_ca_file is not None,
+    )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if tokens is not None:
+        # token rotation without a restart
+        signal.signal(signal.SIGHUP, lambda *_: tokens.reload())
     try:
         services = build_services(settings)
     except Exception:

@@ -11,6 +11,7 @@ from memsvc.limits import (
     MAX_CHUNK_TEXT_CHARS,
     MAX_CONVERSATION_ID_CHARS,
     MAX_EVENTS_PER_CALL,
+    MAX_FILTER_VALUES,
     MAX_INTENT_TAG_CHARS,
     MAX_NAME_CHARS,
     MAX_PARTICIPANTS,
@@ -18,7 +19,7 @@ from memsvc.limits import (
     MAX_TURN_CHARS,
 )
 from memsvc.text import has_control_chars, has_format_chars, parse_rfc3339
-from memsvc.types import SPEAKERS, ChunkRecord, MemoryEvent, TurnRange
+from memsvc.types import SPEAKERS, ChunkRecord, MemoryEvent, SearchFilters, TurnRange
 
 
 def conversation_id(value: str, field: str) -> str:
@@ -48,9 +49,9 @@ def turn_range(value: TurnRange, field: str) -> TurnRange:
     return value
 
 
-def names(values: Sequence[str], field: str) -> tuple[str, ...]:
-    if len(values) > MAX_PARTICIPANTS:
-        raise InvalidArgument(field, f"more than {MAX_PARTICIPANTS} names")
+def names(values: Sequence[str], field: str, max_count: int = MAX_PARTICIPANTS) -> tuple[str, ...]:
+    if len(values) > max_count:
+        raise InvalidArgument(field, f"more than {max_count} names")
     for i, name in enumerate(values):
         if (
             not name.strip()
@@ -159,3 +160,26 @@ def record(r: ChunkRecord, field: str) -> None:
         raise InvalidArgument(
             f"{field}.metadata.intent_tag", f"at most {MAX_INTENT_TAG_CHARS} characters"
         )
+
+
+def search_filters(f: SearchFilters, field: str = "filters") -> None:
+    """Every filter value checked and named by its path (`filters.conversation_ids[0]`)
+    before any of it reaches a Milvus expression (where it is escaped as well)."""
+    for name, values in (
+        ("conversation_ids", f.conversation_ids),
+        ("participants", f.participants),
+        ("speakers", f.speakers),
+    ):
+        if len(values) > MAX_FILTER_VALUES:
+            raise InvalidArgument(f"{field}.{name}", f"at most {MAX_FILTER_VALUES} values")
+    for i, conv in enumerate(f.conversation_ids):
+        conversation_id(conv, f"{field}.conversation_ids[{i}]")
+    names(f.participants, f"{field}.participants", max_count=MAX_FILTER_VALUES)
+    for i, s in enumerate(f.speakers):
+        speaker(s, f"{field}.speakers[{i}]")
+    if len(f.intent_tag) > MAX_INTENT_TAG_CHARS or has_control_chars(f.intent_tag):
+        raise InvalidArgument(
+            f"{field}.intent_tag", f"at most {MAX_INTENT_TAG_CHARS} characters, no control ones"
+        )
+    if f.chunk_version < 0:
+        raise InvalidArgument(f"{field}.chunk_version", "must be >= 0 (0 = newest)")

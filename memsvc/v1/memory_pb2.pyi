@@ -293,10 +293,12 @@ class RetireChunkVersionResponse(_message.Message):
     def __init__(self, retired: _Optional[int] = ...) -> None: ...
 
 class PurgeDeletedRequest(_message.Message):
-    __slots__ = ("conversation_id",)
+    __slots__ = ("conversation_id", "all_conversations")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    ALL_CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
-    def __init__(self, conversation_id: _Optional[str] = ...) -> None: ...
+    all_conversations: bool
+    def __init__(self, conversation_id: _Optional[str] = ..., all_conversations: _Optional[bool] = ...) -> None: ...
 
 class PurgeDeletedResponse(_message.Message):
     __slots__ = ("chunks_purged", "events_purged")
