@@ -1,4 +1,5 @@
-"""`memsvc serve` (flags override MEMSVC_* environment variables) and `memsvc health`."""
+"""`memsvc serve` (flags override MEMSVC_* environment variables), `memsvc health`, and
+the client commands of memsvc.client_cli."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from memsvc.client_cli import add_client_commands, run_client
 from memsvc.config import Settings
 from memsvc.logs import configure_logging
 
@@ -50,13 +52,20 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="listen beyond loopback without tokens (MEMSVC_ALLOW_INSECURE)",
     )
+    serve.add_argument(
+        "--metrics-listen", help="Prometheus HOST:PORT, empty = off (MEMSVC_METRICS_LISTEN)"
+    )
     serve.add_argument("--log-format", choices=["auto", "json", "console"])
     serve.add_argument("--log-level")
+    add_client_commands(sub)
     return parser
 
 
 def settings_from_args(argv: list[str] | None = None) -> Settings:
-    args = _parser().parse_args(argv)
+    return _settings(_parser().parse_args(argv))
+
+
+def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {
         k: v for k, v in vars(args).items() if k != "command" and v is not None
     }
@@ -64,12 +73,15 @@ def settings_from_args(argv: list[str] | None = None) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> None:
-    if (argv if argv is not None else sys.argv[1:])[:1] == ["health"]:
+    args = _parser().parse_args(argv)
+    if args.command == "health":
         from memsvc.probe import check_health
 
         raise SystemExit(0 if check_health() else 1)
+    if args.command != "serve":
+        raise SystemExit(run_client(args))
     try:
-        settings = settings_from_args(argv)
+        settings = _settings(args)
     except ValidationError as exc:
         print(f"memsvc: invalid settings:\n{exc}", file=sys.stderr)
         raise SystemExit(2) from exc

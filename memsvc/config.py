@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     allow_insecure: bool = Field(
         False, description="allow a non-loopback listen address without a tokens file"
     )
+    metrics_listen: str = Field(
+        "127.0.0.1:9464", description="Prometheus /metrics HOST:PORT; empty = off"
+    )
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
 

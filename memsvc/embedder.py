@@ -14,6 +14,7 @@ import queue
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from urllib.parse import urlparse
 import numpy as np
 import structlog
 
+from memsvc import metrics
 from memsvc.config import Settings
 from memsvc.errors import EmbedderError
 
@@ -162,10 +164,13 @@ class Embedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         with self._lock:
             self._check_fault()
+            started = time.perf_counter()
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
                 batch = {key: [encoded[key][i] for i in idx] for key in encoded}
                 out[idx] = self._forward(self._tokenizer.pad(batch, return_tensors="pt"))
+            metrics.EMBED_DURATION.labels("passage").observe(time.perf_counter() - started)
+        metrics.EMBEDDED_TEXTS.labels("passage").inc(len(texts))
         return out
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
@@ -176,6 +181,7 @@ class Embedder:
         instruction = self.info.query_instruction or ""
         with self._lock:
             self._check_fault()
+            started = time.perf_counter()
             inputs = self._tokenizer(
                 [instruction + t for t in texts],
                 padding=True,
@@ -183,7 +189,10 @@ class Embedder:
                 max_length=self.info.max_tokens,
                 return_tensors="pt",
             )
-            return self._forward(inputs)
+            vectors = self._forward(inputs)
+            metrics.EMBED_DURATION.labels("query").observe(time.perf_counter() - started)
+        metrics.EMBEDDED_TEXTS.labels("query").inc(len(texts))
+        return vectors
 
     def _forward(self, inputs: Any) -> np.ndarray:
         """Forward a padded batch, pool, L2-normalise."""
@@ -334,6 +343,8 @@ def embed_passages_cached(
     hashes = [text_hash(t) for t in texts]
     cached = cache.get_many(embedder.name, hashes)
     missing = list(dict.fromkeys(h for h in hashes if h not in cached))
+    metrics.CACHE_LOOKUPS.labels("hit").inc(len(hashes) - len(missing))
+    metrics.CACHE_LOOKUPS.labels("miss").inc(len(missing))
     if missing:
         by_hash = {h: t for h, t in zip(hashes, texts, strict=True)}
         vectors = embedder.encode_passages([by_hash[h] for h in missing])

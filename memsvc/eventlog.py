@@ -89,7 +89,8 @@ CREATE TABLE IF NOT EXISTS index_queue (
     next_attempt_at REAL NOT NULL DEFAULT 0,
     last_error TEXT NOT NULL DEFAULT '',
     last_indexed_turn INTEGER NOT NULL DEFAULT -1,
-    reindex INTEGER NOT NULL DEFAULT 0
+    reindex INTEGER NOT NULL DEFAULT 0,
+    pending_since REAL NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 """
 
@@ -102,7 +103,10 @@ _LAYOUT_COLS = (
 _MIGRATIONS = (
     ("events", "purged", "INTEGER NOT NULL DEFAULT 0"),
     ("layout", "content_hash", "TEXT NOT NULL DEFAULT ''"),
+    ("index_queue", "pending_since", "REAL NOT NULL DEFAULT 0"),
 )
+# Unix time in SQL (julianday works on every SQLite version; unixepoch() needs 3.38).
+_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
 
 @dataclass(frozen=True)
@@ -555,6 +559,14 @@ class EventLog:
             (conversation_id, version),
         )
 
+    def complete_versions(self, db: sqlite3.Connection, conversation_id: str) -> list[int]:
+        rows = db.execute(
+            "SELECT chunk_version FROM store_versions WHERE conversation_id = ? AND complete = 1"
+            " ORDER BY chunk_version",
+            (conversation_id,),
+        )
+        return [int(r[0]) for r in rows]
+
     def conversations(self) -> list[str]:
         rows = self._conn().execute("SELECT DISTINCT conversation_id FROM events ORDER BY 1")
         return [str(r[0]) for r in rows]
@@ -643,6 +655,13 @@ def _queue_item(r: Sequence[object]) -> QueueItem:
     )
 
 
+@dataclass(frozen=True)
+class QueueGauges:
+    backlog: int
+    by_state: dict[str, int]
+    oldest_pending_since: float | None  # unix time; None = nothing waiting
+
+
 class IndexQueue:
     """The index_queue table: what the background worker has to do, leased with expiry."""
 
@@ -659,15 +678,17 @@ class IndexQueue:
     ) -> None:
         """New work for a conversation; a failed one is retried from scratch."""
         db.execute(
-            "INSERT INTO index_queue (conversation_id, state, chunk_version, dirty, reindex)"
-            " VALUES (?, 'pending', ?, ?, ?)"
+            "INSERT INTO index_queue"
+            " (conversation_id, state, chunk_version, dirty, reindex, pending_since)"
+            f" VALUES (?, 'pending', ?, ?, ?, {_NOW})"
             " ON CONFLICT (conversation_id) DO UPDATE SET"
             "  dirty = dirty + excluded.dirty,"
             "  state = CASE WHEN state = 'indexing' THEN 'indexing' ELSE 'pending' END,"
             "  chunk_version = CASE WHEN excluded.reindex = 1 THEN excluded.chunk_version"
             "                  ELSE chunk_version END,"
             "  reindex = MAX(reindex, excluded.reindex),"
-            "  attempts = 0, next_attempt_at = 0",
+            "  attempts = 0, next_attempt_at = 0,"
+            f"  pending_since = CASE WHEN pending_since = 0 THEN {_NOW} ELSE pending_since END",
             (conversation_id, chunk_version, dirty, int(reindex)),
         )
 
@@ -677,6 +698,16 @@ class IndexQueue:
             return db.execute(
                 "UPDATE index_queue SET state = 'pending', lease_until = 0 WHERE state = 'indexing'"
             ).rowcount
+
+    def stop_reindex(self, db: sqlite3.Connection, conversation_id: str, version: int) -> None:
+        """Back to indexing `version` incrementally (turns appended meanwhile still get
+        indexed there)."""
+        db.execute(
+            "UPDATE index_queue SET reindex = 0, chunk_version = ?, attempts = 0,"
+            " state = CASE WHEN state = 'failed' THEN 'pending' ELSE state END"
+            " WHERE conversation_id = ?",
+            (version, conversation_id),
+        )
 
     def release(self, conversation_id: str) -> None:
         """Hand a lease back untouched: pending again, no attempt counted."""
@@ -714,8 +745,10 @@ class IndexQueue:
                 " state = CASE WHEN dirty - leased_dirty + ? > 0 THEN 'pending' ELSE 'idle' END,"
                 " attempts = 0, last_error = '', lease_until = 0,"
                 " reindex = CASE WHEN ? THEN reindex ELSE 0 END,"
+                " pending_since = CASE WHEN dirty - leased_dirty + ? > 0 THEN pending_since"
+                "  ELSE 0 END,"
                 " last_indexed_turn = MAX(last_indexed_turn, ?) WHERE conversation_id = ?",
-                (more, more, more, indexed_turn, conversation_id),
+                (more, more, more, more, indexed_turn, conversation_id),
             )
 
     def fail(
@@ -751,6 +784,23 @@ class IndexQueue:
         else:
             rows = db.execute(f"SELECT {_QUEUE_COLS} FROM index_queue q ORDER BY q.conversation_id")
         return [_queue_item(r) for r in rows]
+
+    def gauges(self) -> QueueGauges:
+        """Totals for monitoring, in one query."""
+        rows = (
+            self.log._conn()
+            .execute(
+                "SELECT state, COUNT(*), SUM(dirty), MIN(CASE WHEN pending_since > 0"
+                " THEN pending_since END) FROM index_queue GROUP BY state"
+            )
+            .fetchall()
+        )
+        oldest = [float(r[3]) for r in rows if r[3] is not None and r[0] != "idle"]
+        return QueueGauges(
+            backlog=sum(int(r[2] or 0) for r in rows),
+            by_state={str(r[0]): int(r[1]) for r in rows},
+            oldest_pending_since=min(oldest) if oldest else None,
+        )
 
     def advance_indexed(self, db: sqlite3.Connection, conversation_id: str) -> None:
         """Chunks were stored outside the worker (a caller's Build + Upsert): move

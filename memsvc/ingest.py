@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from memsvc import validation
+from memsvc import metrics, validation
 from memsvc.chunking import ChunkRenderer
 from memsvc.embedder import Embedder, EmbeddingCache
 from memsvc.errors import InvalidArgument
@@ -296,6 +296,7 @@ class IngestService:
                     self.projector.retire_superseded(conv)
                     break
         # the replans hid their gone chunks; hide_deleted_turns counted only the others
+        metrics.CHUNKS_WRITTEN.labels("deleted").inc(len(newly) + hidden)
         return DeleteResult(len(newly) + hidden, events_deleted, errors)
 
     def _spans_of_chunks(
@@ -367,6 +368,7 @@ class IngestService:
             with self.events.transaction() as db:
                 self.events.drop_layout_version(db, conv, chunk_version)
                 self.events.remove_store_version(db, conv, chunk_version)
+        metrics.CHUNKS_WRITTEN.labels("retired").inc(len(ids))
         return len(ids)
 
     def purge_deleted(self, conversation_id: str) -> tuple[int, int]:
@@ -395,6 +397,7 @@ class IngestService:
                 self.cache.forget(sorted(hashes))
             chunks += len(ids)
             events += len(turns)
+        metrics.CHUNKS_WRITTEN.labels("purged").inc(chunks)
         return chunks, events
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import structlog
 
+from memsvc import metrics
 from memsvc.chunking import ChunkRenderer, plan_windows
 from memsvc.embedder import Embedder, EmbeddingCache, embed_passages_cached, text_hash
 from memsvc.eventlog import EventLog, IndexQueue, LayoutRow
@@ -156,6 +157,18 @@ class Projector:
 
         `register_versions=False` (a reindex in progress) keeps searches on the
         conversation's previous version until the worker completes it."""
+        try:
+            return self._store_records(records, errors, register_versions)
+        except Exception as exc:
+            metrics.count_failed_write(exc, len(records))
+            raise
+
+    def _store_records(
+        self,
+        records: Sequence[ChunkRecord],
+        errors: list[RecordError],
+        register_versions: bool,
+    ) -> UpsertResult:
         authored = self._authored(records, errors)
         # The model is the slow part: embed before taking any lock. Texts already stored
         # with identical content need no vector; the cache makes the rest cheap on replays.
@@ -175,6 +188,9 @@ class Projector:
         for conv, group in by_conv.items():
             with self.locks.hold(conv):
                 self._write(conv, group, vectors, errors, counts, register_versions)
+        for outcome in ("upserted", "updated", "unchanged"):
+            metrics.CHUNKS_WRITTEN.labels(outcome).inc(getattr(counts, outcome))
+        metrics.count_upsert_failures([e.reason for e in errors])
         return UpsertResult(
             counts.upserted, counts.updated, counts.unchanged, counts.retired, errors
         )
@@ -298,6 +314,7 @@ class Projector:
         live = [cid for cid, c in self.store.get(pending).items() if not c.record.metadata.deleted]
         self.store.delete(live)
         self.events.superseded_done(pending)
+        metrics.CHUNKS_WRITTEN.labels("retired").inc(len(live))
         return len(live)
 
     def hide_deleted_turns(

@@ -17,7 +17,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from memsvc import validation
+from memsvc import metrics, validation
 from memsvc.admission import Gate
 from memsvc.app import Services, build_services
 from memsvc.auth import AuthInterceptor, TokenFileError, TokenTable, is_loopback
@@ -182,11 +182,13 @@ def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
                 context.abort(code, message)
             finally:
                 self.in_flight.leave()
+                elapsed = time.perf_counter() - start
+                metrics.RPC_DURATION.labels(fn.__name__, code.name).observe(elapsed)
                 log.info(
                     "rpc",
                     method=fn.__name__,
                     code=code.name,
-                    duration_ms=round((time.perf_counter() - start) * 1000, 2),
+                    duration_ms=round(elapsed * 1000, 2),
                     **counts,
                 )
 
@@ -459,6 +461,8 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         ids = [] if request.all else list(request.conversation_ids)
         for i, conv in enumerate(ids):
             validation.conversation_id(conv, f"conversation_ids[{i}]")
+        if request.cancel:
+            return pb.ReindexResponse(queued=core.worker.cancel_reindex(ids))
         return pb.ReindexResponse(queued=core.worker.reindex(ids, version))
 
 
@@ -653,6 +657,10 @@ def serve(settings: Settings) -> None:
         running.stop(0)
         raise
     running.mark_ready(services)
+    metrics.SERVICE_GAUGES.services = services
+    if settings.metrics_listen:
+        metrics_port = metrics.serve_metrics(settings.metrics_listen)
+        log.info("metrics", address=f"{settings.metrics_listen.rpartition(':')[0]}:{metrics_port}")
     log.info("serving", address=f"{host}:{running.port}", model=services.embedder.name)
     stop.wait()
     log.info("shutting_down", grace_s=settings.shutdown_grace_s)

@@ -27,6 +27,9 @@ from memsvc.types import STALE_REASONS, ChunkRecord
 log = structlog.get_logger(__name__)
 
 
+PAUSED_KEY = "indexing_paused"
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     threads: int = 1
@@ -67,6 +70,9 @@ class IndexWorker:
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
+        if self.ingest.events.get_meta(PAUSED_KEY) == "1":
+            self._paused.set()
+            log.warning("indexing_paused", reason="paused before the restart")
         released = self.queue.release_stale_leases()
         if released:
             log.info("index_leases_released", conversations=released)
@@ -88,7 +94,11 @@ class IndexWorker:
             log.warning("index_batch_abandoned", conversations=released)
 
     def set_paused(self, paused: bool) -> None:
-        """Pause: returns once the batch in flight (if any) is finished."""
+        """Pause: returns once the batch in flight (if any) is finished. Durable: a paused
+        server restarts paused."""
+        events = self.ingest.events
+        with events.transaction() as db:
+            events.set_meta(db, PAUSED_KEY, "1" if paused else "0")
         if paused:
             self._paused.set()
             with self._cycle:
@@ -251,6 +261,25 @@ class IndexWorker:
         )
 
     # -- Reindex --------------------------------------------------------------------------
+    def cancel_reindex(self, conversation_ids: Sequence[str]) -> int:
+        """Stop rebuilds under way (all when empty): the version that was answering keeps
+        answering, the partial new version is removed. Returns conversations cancelled."""
+        events, ingest = self.ingest.events, self.ingest
+        with self._cycle:  # no batch in flight: none can complete the version meanwhile
+            items = [i for i in self.queue.status(conversation_ids) if i.reindex]
+            for item in items:
+                conv, new = item.conversation_id, item.chunk_version
+                with ingest.locks.hold(conv):
+                    with events.transaction() as db:
+                        complete = [v for v in events.complete_versions(db, conv) if v != new]
+                        previous = max(complete, default=new)
+                        self.queue.stop_reindex(db, conv, previous)
+                    if previous != new:
+                        ingest.retire_version(conv, new)
+                log.info("reindex_cancelled", conversation_id=conv, kept=previous, removed=new)
+        self.notify()
+        return len(items)
+
     def reindex(self, conversation_ids: Sequence[str], chunk_version: int) -> int:
         """Queue conversations (all when empty) for a rebuild from the event log."""
         events = self.ingest.events

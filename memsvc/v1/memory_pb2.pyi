@@ -403,14 +403,16 @@ class SetIndexingPausedResponse(_message.Message):
     def __init__(self, paused: _Optional[bool] = ...) -> None: ...
 
 class ReindexRequest(_message.Message):
-    __slots__ = ("conversation_ids", "all", "chunk_version")
+    __slots__ = ("conversation_ids", "all", "chunk_version", "cancel")
     CONVERSATION_IDS_FIELD_NUMBER: _ClassVar[int]
     ALL_FIELD_NUMBER: _ClassVar[int]
     CHUNK_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
     conversation_ids: _containers.RepeatedScalarFieldContainer[str]
     all: bool
     chunk_version: int
-    def __init__(self, conversation_ids: _Optional[_Iterable[str]] = ..., all: _Optional[bool] = ..., chunk_version: _Optional[int] = ...) -> None: ...
+    cancel: bool
+    def __init__(self, conversation_ids: _Optional[_Iterable[str]] = ..., all: _Optional[bool] = ..., chunk_version: _Optional[int] = ..., cancel: _Optional[bool] = ...) -> None: ...
 
 class ReindexResponse(_message.Message):
     __slots__ = ("queued",)

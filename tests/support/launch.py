@@ -29,6 +29,7 @@ def start_child(data_dir: Path, port: int, *extra: str) -> subprocess.Popen[byte
     env = dict(os.environ)
     env.setdefault("MEMSVC_EMBED_MODEL", "sentence-transformers/all-MiniLM-L6-v2")
     env.setdefault("TQDM_DISABLE", "1")
+    env.setdefault("MEMSVC_METRICS_LISTEN", "")  # tests run servers side by side
     return subprocess.Popen(
         [
             sys.executable,

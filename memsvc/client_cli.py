@@ -1,0 +1,332 @@
+"""`memsvc append | search | status | delete | purge | reindex | pause | resume`: a
+command-line client of a running server (progress bars and tables on a terminal, plain
+text or JSON otherwise)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from memsvc.v1 import memory_pb2 as pb
+from memsvc.v1 import memory_pb2_grpc as pb_grpc
+
+BATCH = 500  # events per AppendEvents call
+_MODES = {
+    "dense": pb.SEARCH_MODE_DENSE,
+    "keyword": pb.SEARCH_MODE_KEYWORD,
+    "hybrid": pb.SEARCH_MODE_HYBRID,
+}
+
+out = Console()
+err = Console(stderr=True)
+
+
+def add_client_commands(sub: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--target",
+        default=os.environ.get("MEMSVC_TARGET", "127.0.0.1:50051"),
+        help="HOST:PORT of the server (env MEMSVC_TARGET)",
+    )
+    common.add_argument(
+        "--token",
+        default=os.environ.get("MEMSVC_TOKEN", ""),
+        help="bearer token (env MEMSVC_TOKEN)",
+    )
+    common.add_argument(
+        "--ca-file",
+        default=os.environ.get("MEMSVC_CA_FILE", ""),
+        help="PEM CA to trust: connect with TLS (env MEMSVC_CA_FILE)",
+    )
+
+    p = sub.add_parser("append", parents=[common], help="send events from a JSON-lines file")
+    p.add_argument("file", help="one MemoryEvent per line, the proto's field names")
+    p.add_argument("--wait", action="store_true", help="then wait until they are indexed")
+    p.add_argument("--allow-gaps", action="store_true")
+    p.set_defaults(run=cmd_append)
+
+    p = sub.add_parser("search", parents=[common], help="search memory (EmbedDb)")
+    p.add_argument("query")
+    p.add_argument("--conversation", action="append", default=[], help="repeatable")
+    p.add_argument("--mode", choices=sorted(_MODES), default=None)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_search)
+
+    p = sub.add_parser("status", parents=[common], help="index backlog and states")
+    p.add_argument("--conversation", action="append", default=[], help="repeatable")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_status)
+
+    p = sub.add_parser("delete", parents=[common], help="delete turns (logically)")
+    p.add_argument("--conversation", required=True)
+    p.add_argument("--turns", help="A-B (inclusive); default: the whole conversation")
+    p.set_defaults(run=cmd_delete)
+
+    p = sub.add_parser("purge", parents=[common], help="erase deleted turns and chunks")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--conversation")
+    who.add_argument("--all-conversations", action="store_true")
+    p.set_defaults(run=cmd_purge)
+
+    p = sub.add_parser("reindex", parents=[common], help="rebuild from the event log")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--conversation", action="append")
+    which.add_argument("--all", action="store_true")
+    p.add_argument("--chunk-version", type=int, default=0)
+    p.add_argument("--cancel", action="store_true", help="cancel rebuilds under way")
+    p.set_defaults(run=cmd_reindex)
+
+    for name, paused in (("pause", True), ("resume", False)):
+        p = sub.add_parser(name, parents=[common], help=f"{name} background indexing")
+        p.set_defaults(run=_pauser(paused))
+
+
+def run_client(args: argparse.Namespace) -> int:
+    try:
+        with _stub(args) as stub:
+            code: int = args.run(stub, args)
+            return code
+    except grpc.RpcError as exc:
+        err.print(f"memsvc: {exc.code().name}: {exc.details()}", markup=False, highlight=False)
+        return 1
+    except (OSError, ValueError) as exc:
+        err.print(f"memsvc: {exc}", markup=False, highlight=False)
+        return 2
+
+
+class _Stub:
+    """The generated stub with the token attached to every call."""
+
+    def __init__(self, stub: pb_grpc.MemoryServiceStub, token: str) -> None:
+        self._stub = stub
+        self._metadata = [("authorization", f"Bearer {token}")] if token else []
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._stub, name)
+        return lambda request, **kw: method(request, metadata=self._metadata, **kw)
+
+
+@contextmanager
+def _stub(args: argparse.Namespace) -> Iterator[_Stub]:
+    if args.ca_file:
+        with open(args.ca_file, "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        channel = grpc.secure_channel(args.target, creds)
+    else:
+        channel = grpc.insecure_channel(args.target)
+    with channel:
+        yield _Stub(pb_grpc.MemoryServiceStub(channel), args.token)  # type: ignore[no-untyped-call]
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not err.is_terminal,
+    )
+
+
+# -- append ------------------------------------------------------------------------------------
+@dataclass
+class _Parsed:
+    events: list[pb.MemoryEvent] = field(default_factory=list)
+    lines: dict[tuple[str, int], int] = field(default_factory=dict)  # (conv, turn) -> line
+    errors: list[str] = field(default_factory=list)
+
+
+def _read_events(path: str) -> _Parsed:
+    parsed = _Parsed()
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                event = json_format.ParseDict(json.loads(line), pb.MemoryEvent())
+            except (ValueError, json_format.ParseError) as exc:
+                parsed.errors.append(f"line {n}: {exc}")
+                continue
+            parsed.events.append(event)
+            parsed.lines[(event.conversation_id, event.turn_id)] = n
+    return parsed
+
+
+def cmd_append(stub: _Stub, args: argparse.Namespace) -> int:
+    parsed = _read_events(args.file)
+    accepted = duplicates = 0
+    problems = list(parsed.errors)
+    with _progress() as bars:
+        task = bars.add_task("appending", total=len(parsed.events))
+        for start in range(0, len(parsed.events), BATCH):
+            batch = parsed.events[start : start + BATCH]
+            reply = stub.AppendEvents(
+                pb.AppendEventsRequest(events=batch, allow_gaps=args.allow_gaps), timeout=300
+            )
+            accepted += reply.accepted
+            duplicates += reply.duplicates
+            for e in reply.errors:
+                problems.append(f"{_line_of(e.chunk_id, parsed)}{e.message}")
+            bars.advance(task, len(batch))
+        if args.wait and accepted:
+            _wait_indexed(stub, parsed, bars)
+    out.print(
+        f"accepted {accepted}, duplicates {duplicates}, errors {len(problems)}",
+        markup=False,
+        highlight=False,
+    )
+    for problem in problems:
+        err.print(problem, markup=False, highlight=False)
+    return 1 if problems else 0
+
+
+def _line_of(key: str, parsed: _Parsed) -> str:
+    conv, _, turn = key.rpartition("#")
+    line = parsed.lines.get((conv, int(turn))) if turn.isdigit() else None
+    return f"line {line}: " if line else f"{key}: "
+
+
+def _wait_indexed(stub: _Stub, parsed: _Parsed, bars: Progress) -> None:
+    last: dict[str, int] = {}
+    for e in parsed.events:
+        last[e.conversation_id] = max(last.get(e.conversation_id, -1), e.turn_id)
+    task = bars.add_task("indexing", total=sum(t + 1 for t in last.values()))
+    convs = sorted(last)
+    while True:
+        status = stub.GetIndexStatus(pb.GetIndexStatusRequest(conversation_ids=convs), timeout=30)
+        done = 0
+        finished = True
+        for s in status.conversations:
+            indexed = s.state == "idle" and s.last_indexed_turn >= last[s.conversation_id]
+            done += last[s.conversation_id] + 1 if indexed else max(0, s.last_indexed_turn + 1)
+            finished &= indexed
+            if s.state == "failed":
+                raise ValueError(f"{s.conversation_id}: indexing failed: {s.last_error}")
+        bars.update(task, completed=done)
+        if finished:
+            return
+        time.sleep(0.3)
+
+
+# -- search / status -------------------------------------------------------------------------
+def cmd_search(stub: _Stub, args: argparse.Namespace) -> int:
+    request = pb.EmbedDbRequest(
+        query_text=args.query,
+        top_k=args.top_k,
+        mode=_MODES[args.mode] if args.mode else pb.SEARCH_MODE_UNSPECIFIED,
+        filters=pb.SearchFilters(conversation_ids=args.conversation),
+    )
+    reply = stub.EmbedDb(request, timeout=60)
+    if args.json:
+        print(json.dumps(_as_dict(reply), ensure_ascii=False, indent=2))
+        return 0
+    table = Table("score", "conversation", "turns", "text", show_lines=True)
+    for h in reply.hits:
+        m = h.metadata
+        table.add_row(
+            f"{h.score:.3f}",
+            m.conversation_id,
+            f"{m.turn_range.start}-{m.turn_range.end}",
+            h.text,
+        )
+    out.print(table)
+    return 0
+
+
+def cmd_status(stub: _Stub, args: argparse.Namespace) -> int:
+    reply = stub.GetIndexStatus(
+        pb.GetIndexStatusRequest(conversation_ids=args.conversation), timeout=30
+    )
+    if args.json:
+        print(json.dumps(_as_dict(reply), ensure_ascii=False, indent=2))
+        return 0
+    table = Table("conversation", "state", "appended", "indexed", "backlog", "attempts", "error")
+    for s in reply.conversations:
+        table.add_row(
+            s.conversation_id,
+            s.state + (" (reindex)" if s.reindexing else ""),
+            str(s.last_appended_turn),
+            str(s.last_indexed_turn),
+            str(s.backlog),
+            str(s.attempts),
+            s.last_error[:80],
+        )
+    out.print(table)
+    out.print(
+        f"{reply.total_conversations} conversations, backlog {reply.total_backlog} turns,"
+        f" pending {reply.pending}, indexing {reply.indexing}, failed {reply.failed},"
+        f" {'PAUSED' if reply.paused else 'running'}",
+        markup=False,
+        highlight=False,
+    )
+    return 1 if reply.failed else 0
+
+
+def _as_dict(message: Any) -> dict[str, Any]:
+    # int64 as JSON numbers, proto field names: what a script reading the output expects
+    raw: dict[str, Any] = json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    return raw
+
+
+# -- admin ---------------------------------------------------------------------------------
+def cmd_delete(stub: _Stub, args: argparse.Namespace) -> int:
+    request = pb.LogicalDeleteBySourceRequest(conversation_id=args.conversation)
+    if args.turns:
+        a, sep, b = args.turns.partition("-")
+        if not (a.isdigit() and (not sep or b.isdigit())):
+            raise ValueError(f"--turns: expected A-B, got {args.turns!r}")
+        request.turn_range.start = int(a)
+        request.turn_range.end = int(b) if sep else int(a)
+    reply = stub.LogicalDeleteBySource(request, timeout=300)
+    out.print(f"turns deleted {reply.events_deleted}, chunks hidden {reply.deleted}")
+    return 0
+
+
+def cmd_purge(stub: _Stub, args: argparse.Namespace) -> int:
+    reply = stub.PurgeDeleted(
+        pb.PurgeDeletedRequest(
+            conversation_id=args.conversation or "", all_conversations=args.all_conversations
+        ),
+        timeout=600,
+    )
+    out.print(f"turns erased {reply.events_purged}, chunks removed {reply.chunks_purged}")
+    return 0
+
+
+def cmd_reindex(stub: _Stub, args: argparse.Namespace) -> int:
+    reply = stub.Reindex(
+        pb.ReindexRequest(
+            conversation_ids=args.conversation or [],
+            all=args.all,
+            chunk_version=args.chunk_version,
+            cancel=args.cancel,
+        ),
+        timeout=300,
+    )
+    out.print(f"{'cancelled' if args.cancel else 'queued'} {reply.queued}")
+    return 0
+
+
+def _pauser(paused: bool) -> Callable[[_Stub, argparse.Namespace], int]:
+    def run(stub: _Stub, args: argparse.Namespace) -> int:
+        reply = stub.SetIndexingPaused(pb.SetIndexingPausedRequest(paused=paused), timeout=300)
+        out.print("indexing paused" if reply.paused else "indexing running")
+        return 0
+
+    return run

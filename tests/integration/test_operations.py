@@ -1,0 +1,159 @@
+"""Operations (issue 14): the command-line client against a real server, the Prometheus
+families after real traffic, durable pause and reindex cancellation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from memsvc.app import Services
+from memsvc.types import SearchFilters, SearchRequest
+from tests.conftest import EN_TURNS, conversation
+from tests.support.launch import free_port, start_child, wait_serving
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation.jsonl"
+
+
+def cli(target: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memsvc.cli", *args, "--target", target],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """family name -> {sorted labels: value} for every sample."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+def total(samples: dict[tuple[tuple[str, str], ...], float], **labels: str) -> float:
+    want = set(labels.items())
+    return sum(v for k, v in samples.items() if want <= set(k))
+
+
+def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
+    port, metrics_port = free_port(), free_port()
+    target = f"127.0.0.1:{port}"
+    data = tmp_path / "data"
+    proc = start_child(data, port, "--metrics-listen", f"127.0.0.1:{metrics_port}")
+    channel = grpc.insecure_channel(target)
+    try:
+        wait_serving(channel, proc)
+        appended = cli(target, "append", str(EXAMPLE), "--wait")
+        assert appended.returncode == 0, appended.stderr
+        assert "accepted 10, duplicates 0, errors 0" in appended.stdout
+
+        again = cli(target, "append", str(EXAMPLE))
+        assert "accepted 0, duplicates 10, errors 0" in again.stdout
+
+        bad = tmp_path / "bad.jsonl"
+        lines = EXAMPLE.read_text().splitlines()
+        bad.write_text("\n".join([lines[0], "{not json", lines[1].replace("+08:00", "")]) + "\n")
+        broken = cli(target, "append", str(bad))
+        assert broken.returncode == 1
+        assert "line 2:" in broken.stderr and "line 3:" in broken.stderr  # names the lines
+
+        found = cli(target, "search", "what is the dog called?", "--conversation", "c1", "--json")
+        assert found.returncode == 0, found.stderr
+        hits = json.loads(found.stdout)["hits"]
+        assert any("Biscuit" in h["text"] for h in hits)
+        table = cli(target, "search", "peanut allergy", "--conversation", "c1")
+        assert "peanut" in table.stdout
+
+        status = json.loads(cli(target, "status", "--json").stdout)
+        assert status["conversations"][0]["conversation_id"] == "c1"
+        assert status["conversations"][0]["state"] == "idle"
+
+        assert "indexing paused" in cli(target, "pause").stdout
+        assert (
+            "turns deleted 1"
+            in cli(target, "delete", "--conversation", "c1", "--turns", "4-4").stdout
+        )
+        assert "turns erased 1" in cli(target, "purge", "--conversation", "c1").stdout
+        refused = cli(target, "purge")
+        assert refused.returncode == 2  # argparse: one of the two is required
+        assert cli(target, "reindex", "--all", "--chunk-version", "2").returncode == 0
+        assert "cancelled 1" in cli(target, "reindex", "--all", "--cancel").stdout
+
+        metrics = scrape(metrics_port)
+        for family in (
+            "memsvc_rpc_duration_seconds_count",
+            "memsvc_chunks_written_total",
+            "memsvc_embed_duration_seconds_count",
+            "memsvc_embedded_texts_total",
+            "memsvc_embed_cache_lookups_total",
+            "memsvc_upsert_failures_total",
+            "memsvc_index_backlog_turns",
+            "memsvc_index_conversations",
+            "memsvc_index_oldest_pending_seconds",
+            "memsvc_store_up",
+        ):
+            assert family in metrics, family
+        rpc = metrics["memsvc_rpc_duration_seconds_count"]
+        assert total(rpc, method="AppendEvents", code="OK") >= 2
+        assert total(rpc, method="EmbedDb", code="OK") >= 2
+        assert total(rpc, method="PurgeDeleted") >= 1
+        written = metrics["memsvc_chunks_written_total"]
+        assert total(written, outcome="upserted") >= 3
+        assert total(written, outcome="deleted") >= 1 and total(written, outcome="purged") >= 1
+        assert total(metrics["memsvc_embedded_texts_total"], kind="passage") >= 3
+        assert total(metrics["memsvc_embedded_texts_total"], kind="query") >= 2
+        assert metrics["memsvc_store_up"][()] == 1
+        # paused with the reindex-cancelled conversation queued: the lag is visible
+        assert total(metrics["memsvc_index_conversations"]) == 1
+        assert total(metrics["memsvc_index_conversations"], state="pending") == 1
+        assert metrics["memsvc_index_backlog_turns"][()] > 0
+        assert metrics["memsvc_index_oldest_pending_seconds"][()] > 0
+        for name, samples in metrics.items():  # bounded labels: no conversation id anywhere
+            for labels in samples:
+                assert all(v != "c1" for _, v in labels), name
+    finally:
+        channel.close()
+        proc.terminate()
+        proc.wait(timeout=60)
+
+    # paused before the restart: paused after it
+    proc = start_child(data, port)
+    channel = grpc.insecure_channel(target)
+    try:
+        wait_serving(channel, proc)
+        status = json.loads(cli(target, "status", "--json").stdout)
+        assert status["paused"] is True
+        assert "indexing running" in cli(target, "resume").stdout
+    finally:
+        channel.close()
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_cancelled_reindex_keeps_the_old_version_answering(services: Services) -> None:
+    built = services.ingest.build(conversation("rx", EN_TURNS))
+    services.ingest.upsert(built.chunks)
+    services.worker.set_paused(True)
+    assert services.worker.reindex(["rx"], 2) == 1
+    services.ingest.build([], chunk_version=2, conversation_id="rx")  # part of v2 laid out
+    assert services.worker.cancel_reindex([]) == 1
+    item = services.worker.queue.status(["rx"])[0]
+    assert not item.reindex and item.chunk_version == 1
+    versions = {
+        c.metadata.chunk_version for c in services.ingest.list_chunks("rx", False, 100, "").chunks
+    }
+    assert versions == {1}
+    services.worker.set_paused(False)
+    done = services.worker.wait_for_indexed("rx", len(EN_TURNS) - 1, 60)
+    assert done is not None and done.indexed_through(len(EN_TURNS) - 1)
+    _, _, hits = services.search.search(SearchRequest("Biscuit", 6, SearchFilters(("rx",))))
+    assert hits and {h.metadata.chunk_version for h in hits} == {1}
