@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 # would pull gigabytes of CUDA wheels.
 TORCH := torch==2.13.0
 
-.PHONY: run test eval lint proto bench-recall bench-ingest bench-async bench-perf clean soak
+.PHONY: run test eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience clean soak
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,9 @@ bench-recall: $(VENV)/.dev
 
 bench-async: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/async_ingest.py $(ARGS)
+
+bench-resilience: $(VENV)/.dev
+	PYTHONPATH=. $(PY) benchmarks/resilience.py $(ARGS)
 
 bench-perf: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/perf.py $(ARGS)

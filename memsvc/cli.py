@@ -31,6 +31,9 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="fall back to the bundled MiniLM model (env MEMSVC_EMBED_FALLBACK, default on)",
     )
+    serve.add_argument(
+        "--max-turn-chars", type=int, help="characters per turn (MEMSVC_MAX_TURN_CHARS)"
+    )
     serve.add_argument("--chunk-version", type=int, help="default chunk_version")
     serve.add_argument("--chunk-max-turns", type=int, help="turns per chunk window at most")
     serve.add_argument("--chunk-overlap-turns", type=int, help="turns shared by neighbours")

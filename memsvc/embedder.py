@@ -235,6 +235,11 @@ def load_embedder(settings: Settings) -> Embedder:
     """Load the configured model; on failure, the bundled MiniLM model if fallback is allowed."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.getLogger("transformers").setLevel(logging.ERROR)
+    # count_tokens measures over-long texts on purpose (to split or refuse them); the
+    # tokenizer's "longer than the maximum sequence length" warning is noise here.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
     import torch
 
     torch.set_num_threads(settings.torch_threads or max(1, os.cpu_count() or 1))
