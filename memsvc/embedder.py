@@ -239,7 +239,7 @@ def load_embedder(settings: Settings) -> Embedder:
     # tokenizer's "longer than the maximum sequence length" warning is noise here.
     from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     import torch
 
     torch.set_num_threads(settings.torch_threads or max(1, os.cpu_count() or 1))
