@@ -22,6 +22,8 @@ from typing import Any, TypeAlias
 import grpc
 import structlog
 
+from memsvc.status import rich_status
+
 log = structlog.get_logger(__name__)
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
@@ -135,6 +137,7 @@ class TokenTable:
 class Denial:
     code: grpc.StatusCode
     message: str
+    reason: str  # ErrorInfo.reason
 
 
 def check(table: TokenTable, method: str, metadata: Any, request: Any) -> Denial | None:
@@ -145,21 +148,27 @@ def check(table: TokenTable, method: str, metadata: Any, request: Any) -> Denial
             header = value if isinstance(value, str) else value.decode("utf-8", "replace")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        return Denial(grpc.StatusCode.UNAUTHENTICATED, "missing 'authorization: Bearer <token>'")
+        return Denial(
+            grpc.StatusCode.UNAUTHENTICATED,
+            "missing 'authorization: Bearer <token>'",
+            "TOKEN_MISSING",
+        )
     role = table.role_of(token.strip())
     if role is None:
-        return Denial(grpc.StatusCode.UNAUTHENTICATED, "unknown token")
+        return Denial(grpc.StatusCode.UNAUTHENTICATED, "unknown token", "TOKEN_UNKNOWN")
     need = METHOD_ROLES.get(method, Role.ADMIN)
     if role < need:
         return Denial(
             grpc.StatusCode.PERMISSION_DENIED,
             f"{method} needs role {need.name.lower()}, the token has {role.name.lower()}",
+            "ROLE_TOO_LOW",
         )
     if unscoped(method, request) and role < Role.ADMIN:
         return Denial(
             grpc.StatusCode.PERMISSION_DENIED,
             f"{method} over every conversation needs role admin; name conversations in"
             " the request to use role " + need.name.lower(),
+            "ADMIN_REQUIRED",
         )
     return None
 
@@ -189,7 +198,9 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             denial = check(table, method, metadata, request)
             if denial is not None:
                 log.warning("rpc_denied", method=method, code=denial.code.name)
-                context.abort(denial.code, denial.message)
+                context.abort_with_status(
+                    rich_status(denial.code, denial.message, reason=denial.reason)
+                )
             return behavior(request, context)
 
         replaced: Handler = handler._replace(unary_unary=guarded)

@@ -2,37 +2,61 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class MemsvcError(Exception):
-    """Base class of errors the service reports to callers."""
+    """Base class of errors the service reports to callers. `reason` is the stable code
+    clients read from the google.rpc.ErrorInfo detail."""
+
+    reason: ClassVar[str] = "ERROR"
 
 
 class InvalidArgument(MemsvcError):
     """Bad input; `field` names the offending request field (e.g. ``events[2].timestamp``)."""
 
+    reason = "INVALID_FIELD"
+
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.description = message
 
 
 class FailedPrecondition(MemsvcError):
     """The request is valid but the system is not in a state to serve it."""
 
+    reason = "FAILED_PRECONDITION"
+
 
 class NotFound(MemsvcError):
     """A named entity does not exist."""
+
+    reason = "NOT_FOUND"
 
 
 class Unavailable(MemsvcError):
     """A dependency (model, store) is not ready or failed transiently."""
 
+    reason = "UNAVAILABLE"
+
+
+class Starting(Unavailable):
+    """The model and store are still loading."""
+
+    reason = "STARTING"
+
 
 class EmbedderError(Unavailable):
     """The model failed to encode (the caller's batch is not written)."""
 
+    reason = "MODEL_ERROR"
+
 
 class ResourceExhausted(MemsvcError):
     """Too many calls of one kind at once; the caller should retry after `retry_after_s`."""
+
+    reason = "TOO_MANY_CALLS"
 
     def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
         super().__init__(f"{message}; retry after {retry_after_s:g}s")
@@ -42,6 +66,10 @@ class ResourceExhausted(MemsvcError):
 class Cancelled(MemsvcError):
     """The caller went away (deadline passed or call cancelled); the work was stopped."""
 
+    reason = "CALLER_LEFT"
+
 
 class StoreUnavailable(Unavailable):
     """The vector store cannot be reached; the service keeps trying to reconnect."""
+
+    reason = "STORE_UNAVAILABLE"

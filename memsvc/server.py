@@ -28,9 +28,11 @@ from memsvc.errors import (
     InvalidArgument,
     NotFound,
     ResourceExhausted,
+    Starting,
     Unavailable,
 )
 from memsvc.eventlog import QueueItem
+from memsvc.status import rich_status, status_of
 from memsvc.types import (
     ChunkMetadata,
     ChunkRecord,
@@ -175,11 +177,7 @@ def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
                         break
                 if code is grpc.StatusCode.INTERNAL:
                     log.exception("rpc_internal_error", method=fn.__name__)
-                if isinstance(exc, ResourceExhausted):
-                    # honoured by gRPC clients with a retry policy
-                    pushback = str(int(exc.retry_after_s * 1000))
-                    context.set_trailing_metadata((("grpc-retry-pushback-ms", pushback),))
-                context.abort(code, message)
+                context.abort_with_status(status_of(code, message, exc))
             finally:
                 self.in_flight.leave()
                 elapsed = time.perf_counter() - start
@@ -235,7 +233,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     @property
     def core(self) -> Services:
         if self._services is None:
-            raise Unavailable("starting up: model and store are loading")
+            raise Starting("starting up: model and store are loading")
         return self._services
 
     @rpc(lambda r: {"chunks": len(r.chunks), "superseded": len(r.superseded_chunk_ids)})
@@ -539,10 +537,16 @@ class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
         def checked(request: Any, context: grpc.ServicerContext) -> Any:
             if isinstance(request, _Undecodable):
-                context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    "request: does not decode as the method's message (invalid UTF-8 in a"
-                    f" string field, or a malformed message): {request.error}"[:500],
+                description = (
+                    "does not decode as the method's message (invalid UTF-8 in a string"
+                    f" field, or a malformed message): {request.error}"[:500]
+                )
+                context.abort_with_status(
+                    rich_status(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"request: {description}",
+                        violations=[("request", description)],
+                    )
                 )
             return behavior(request, context)
 

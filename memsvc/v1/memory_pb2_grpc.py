@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class MemoryServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """The conversation-memory service. Errors: INVALID_ARGUMENT names the field path in the
+    message and in a google.rpc.BadRequest detail; UNAVAILABLE (model or store down, starting,
+    shutting down) and RESOURCE_EXHAUSTED (too many calls of a kind) are worth retrying.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -107,7 +110,10 @@ class MemoryServiceStub:
 
 
 class MemoryServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """The conversation-memory service. Errors: INVALID_ARGUMENT names the field path in the
+    message and in a google.rpc.BadRequest detail; UNAVAILABLE (model or store down, starting,
+    shutting down) and RESOURCE_EXHAUSTED (too many calls of a kind) are worth retrying.
+    """
 
     def BuildIncrementalChunks(self, request, context):
         """Store events in the durable event log and return the chunks to upsert.
@@ -117,14 +123,14 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpsertVectorRecords(self, request, context):
-        """Embed and store chunks by chunk_id (idempotent).
+        """Embed and store server-built chunks by chunk_id (idempotent; refuses anything else).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def LogicalDeleteBySource(self, request, context):
-        """Mark chunks (and their events) of a conversation deleted.
+        """Delete turns of a conversation (range, the turns of listed chunks, or all of them).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -202,7 +208,7 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Reindex(self, request, context):
-        """Rebuild conversations from the event log in the background.
+        """Rebuild conversations from the event log in the background, or cancel a rebuild.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -290,7 +296,10 @@ def add_MemoryServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class MemoryService:
-    """Missing associated documentation comment in .proto file."""
+    """The conversation-memory service. Errors: INVALID_ARGUMENT names the field path in the
+    message and in a google.rpc.BadRequest detail; UNAVAILABLE (model or store down, starting,
+    shutting down) and RESOURCE_EXHAUSTED (too many calls of a kind) are worth retrying.
+    """
 
     @staticmethod
     def BuildIncrementalChunks(request,
