@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 # would pull gigabytes of CUDA wheels.
 TORCH := torch==2.13.0
 
-.PHONY: run test eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience clean soak
+.PHONY: run test eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience clean soak proto-check test-clients
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,22 @@ proto: $(VENV)/.dev
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --grpc_python_out=. --pyi_out=. \
 		proto/memsvc/v1/memory.proto
 
+# Contract checks and clients in other languages (npm registry; lockfile committed).
+BUF := clients/node_modules/.bin/buf
+clients/node_modules/.installed: clients/package.json clients/package-lock.json
+	# npm ci refuses this lockfile: the registry here lacks the optional buf binaries of other
+	# platforms; install resolves from the lockfile all the same.
+	cd clients && npm install --no-audit --no-fund
+	touch $@
+
+proto-check: clients/node_modules/.installed
+	$(BUF) lint
+	$(BUF) format --exit-code > /dev/null
+	$(BUF) breaking --against proto/released/memsvc-v1.binpb
+
+test-clients: $(VENV)/.dev clients/node_modules/.installed
+	cd clients && npm test
+
 bench-ingest: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/locomo_ingest.py $(ARGS)
 
@@ -66,4 +82,4 @@ bench-perf: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/perf.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data clients/node_modules clients/ts/gen

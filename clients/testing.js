@@ -1,0 +1,62 @@
+// Test helper shared by the Node and TypeScript client tests: memsvc in a child process on
+// a free loopback port, with the bundled offline model and a throwaway data dir.
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+const PYTHON = process.env.MEMSVC_PYTHON ?? path.join(ROOT, ".venv", "bin", "python");
+
+function freePort() {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Start memsvc; `ready(target)` must resolve once it answers (retried until it does).
+ * @returns {Promise<{target: string, stop: () => void}>}
+ */
+export async function startMemsvc(ready) {
+  const port = await freePort();
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), "memsvc-client-"));
+  const child = spawn(
+    PYTHON,
+    ["-m", "memsvc.cli", "serve", "--listen", `127.0.0.1:${port}`, "--data-dir", dataDir, "--log-level", "WARNING"],
+    {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        MEMSVC_EMBED_MODEL: "sentence-transformers/all-MiniLM-L6-v2",
+        MEMSVC_METRICS_LISTEN: "",
+        TQDM_DISABLE: "1",
+      },
+      stdio: ["ignore", "inherit", "inherit"],
+    },
+  );
+  const target = `127.0.0.1:${port}`;
+  const stop = () => {
+    child.kill("SIGTERM");
+    rmSync(dataDir, { recursive: true, force: true });
+  };
+  const deadline = Date.now() + 180_000;
+  for (;;) {
+    try {
+      await ready(target);
+      return { target, stop };
+    } catch (err) {
+      if (Date.now() > deadline || child.exitCode !== null) {
+        stop();
+        throw err;
+      }
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+}
