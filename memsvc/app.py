@@ -82,7 +82,7 @@ def build_services(settings: Settings, embedder: Embedder | None = None) -> Serv
     policy = ChunkPolicy(
         max_turns=settings.chunk_max_turns,
         overlap_turns=settings.chunk_overlap_turns,
-        max_tokens=min(settings.chunk_max_tokens, 512),
+        max_tokens=min(settings.chunk_max_tokens, embedder.info.max_tokens),
     )
     renderer = ChunkRenderer(KeywordExtractor(), embedder.count_tokens, policy)
     ingest = IngestService(

@@ -34,6 +34,14 @@ class Settings(BaseSettings):
     query_instruction: str | None = Field(
         None, description="query instruction; unset = the model's known default"
     )
+    embed_backend: Literal["auto", "onnx", "torch"] = Field(
+        "auto",
+        description="forward pass: onnx = ONNX Runtime on an export of the same weights,"
+        " auto = onnx when it reproduces torch's vectors, else torch",
+    )
+    model_cache_dir: Path | None = Field(
+        None, description="where ONNX exports are kept; unset = data_dir/model-cache"
+    )
     embed_batch_size: int = Field(16, ge=1, le=1024, description="passages per forward pass")
     torch_threads: int = Field(0, ge=0, description="0 = number of CPU cores")
     max_turn_chars: int = Field(

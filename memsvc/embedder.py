@@ -26,8 +26,8 @@ import numpy as np
 import structlog
 
 from memsvc import metrics
+from memsvc.backends import Batch, ModelBackend, model_files_key, select_backend
 from memsvc.config import Settings
-from memsvc.errors import EmbedderError
 
 log = structlog.get_logger(__name__)
 
@@ -41,7 +41,8 @@ KNOWN_QUERY_INSTRUCTIONS = {
     "bge-base-en": "Represent this sentence for searching relevant passages: ",
     "bge-large-en": "Represent this sentence for searching relevant passages: ",
 }
-MAX_TOKENS = 512
+# Where a model's config names no position limit (BERT-style models have 512).
+DEFAULT_MAX_TOKENS = 512
 HUB_CONNECT_TIMEOUT_S = 3.0
 
 
@@ -108,27 +109,20 @@ class ModelInfo:
     query_instruction: str | None
     fallback: bool
     # Tokens the model reads per text, the special tokens ([CLS] ... [SEP]) included.
-    max_tokens: int = MAX_TOKENS
+    max_tokens: int = DEFAULT_MAX_TOKENS
     special_tokens: int = 2
 
 
 class Embedder:
-    """Encodes passages and queries to L2-normalised float32 vectors."""
+    """Encodes passages and queries to L2-normalised float32 vectors: the model's tokenizer,
+    then one backend (torch or ONNX Runtime, memsvc/backends.py) for the forward pass."""
 
-    def __init__(self, flag_model: Any, info: ModelInfo, batch_size: int) -> None:
-        import torch
-
-        self._flag = flag_model
-        self._torch = torch
+    def __init__(self, tokenizer: Any, backend: ModelBackend, info: ModelInfo, batch_size: int):
+        self._tokenizer = tokenizer
+        self.backend = backend
         self.info = info
         self.batch_size = batch_size
         self._lock = threading.Lock()
-        self._tokenizer = flag_model.tokenizer
-        self._model = flag_model.model
-        # Failure injection for tests of the failure path (None = healthy).
-        self.fault: Exception | None = None
-        # FlagEmbedding moves the model on every call; do it once here.
-        self._model.float().to("cpu").eval()
 
     @property
     def name(self) -> str:
@@ -163,12 +157,11 @@ class Embedder:
         order = sorted(range(len(texts)), key=lambda i: -len(encoded["input_ids"][i]))
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         with self._lock:
-            self._check_fault()
             started = time.perf_counter()
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
                 batch = {key: [encoded[key][i] for i in idx] for key in encoded}
-                out[idx] = self._forward(self._tokenizer.pad(batch, return_tensors="pt"))
+                out[idx] = self.backend.encode(self._tokenizer.pad(batch, return_tensors="np"))
             metrics.EMBED_DURATION.labels("passage").observe(time.perf_counter() - started)
         metrics.EMBEDDED_TEXTS.labels("passage").inc(len(texts))
         return out
@@ -180,41 +173,12 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         instruction = self.info.query_instruction or ""
         with self._lock:
-            self._check_fault()
             started = time.perf_counter()
-            inputs = self._tokenizer(
-                [instruction + t for t in texts],
-                padding=True,
-                truncation=True,
-                max_length=self.info.max_tokens,
-                return_tensors="pt",
-            )
-            vectors = self._forward(inputs)
+            texts = [instruction + t for t in texts]
+            vectors = self.backend.encode(tokenize(self._tokenizer, texts, self.info.max_tokens))
             metrics.EMBED_DURATION.labels("query").observe(time.perf_counter() - started)
         metrics.EMBEDDED_TEXTS.labels("query").inc(len(texts))
         return vectors
-
-    def _forward(self, inputs: Any) -> np.ndarray:
-        """Forward a padded batch, pool, L2-normalise."""
-        torch = self._torch
-        try:
-            with torch.inference_mode():
-                hidden = self._model(**inputs, return_dict=True).last_hidden_state
-                mask = inputs["attention_mask"]
-                if self.info.pooling == "mean":
-                    summed = (hidden * mask.unsqueeze(-1).float()).sum(dim=1)
-                    pooled = summed / mask.sum(dim=1, keepdim=True).float()
-                else:
-                    pooled = hidden[:, 0]
-                pooled = torch.nn.functional.normalize(pooled, dim=-1)
-                out: np.ndarray = pooled.numpy().astype(np.float32)
-                return out
-        except Exception as exc:
-            raise EmbedderError(f"embedding failed: {exc}") from exc
-
-    def _check_fault(self) -> None:
-        if self.fault is not None:
-            raise EmbedderError(f"embedding failed: {self.fault}")
 
 
 def _load_flag_model(path: str, pooling: str, instruction: str | None, batch: int) -> Any:
@@ -242,7 +206,8 @@ def load_embedder(settings: Settings) -> Embedder:
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     import torch
 
-    torch.set_num_threads(settings.torch_threads or max(1, os.cpu_count() or 1))
+    threads = settings.torch_threads or max(1, os.cpu_count() or 1)
+    torch.set_num_threads(threads)
 
     model = settings.embed_model
     fallback = False
@@ -258,10 +223,10 @@ def load_embedder(settings: Settings) -> Embedder:
                 f"cannot load embedding model {model!r} and fallback is off"
                 f" (MEMSVC_EMBED_FALLBACK=false): {exc}"
             ) from exc
-        path = bundled_model_path()
-        pooling = _pooling_for(path)
+        model_dir = bundled_model_path()
+        pooling = _pooling_for(model_dir)
         instruction = _query_instruction(BUNDLED_MODEL_NAME, settings.query_instruction)
-        flag = _load_flag_model(str(path), pooling, instruction, settings.embed_batch_size)
+        flag = _load_flag_model(str(model_dir), pooling, instruction, settings.embed_batch_size)
         name = BUNDLED_MODEL_NAME
         fallback = True
         log.warning(
@@ -270,11 +235,46 @@ def load_embedder(settings: Settings) -> Embedder:
             using=BUNDLED_MODEL_NAME,
             reason=str(exc).splitlines()[0][:300],
         )
-    dim = int(flag.model.config.hidden_size)
-    info = ModelInfo(name, dim, pooling, instruction, fallback)
-    embedder = Embedder(flag, info, settings.embed_batch_size)
+    config = flag.model.config
+    info = ModelInfo(
+        name,
+        int(config.hidden_size),
+        pooling,
+        instruction,
+        fallback,
+        max_tokens=_token_limit(flag.tokenizer, config),
+    )
+    backend = select_backend(
+        settings.embed_backend,
+        flag.model,
+        pooling,
+        info.max_tokens,
+        lambda texts: tokenize(flag.tokenizer, texts, info.max_tokens),
+        settings.model_cache_dir or settings.data_dir / "model-cache",
+        model_files_key(model_dir, name),
+        threads,
+    )
+    embedder = Embedder(flag.tokenizer, backend, info, settings.embed_batch_size)
     embedder.encode_queries(["warm-up"])  # the first forward pass pays one-off set-up costs
     return embedder
+
+
+def _token_limit(tokenizer: Any, config: Any) -> int:
+    """Tokens the model reads per text: its position table, capped by the tokenizer's
+    declared maximum where that is a real number (some tokenizers declare 10^30)."""
+    limit = int(getattr(config, "max_position_embeddings", DEFAULT_MAX_TOKENS))
+    declared = getattr(tokenizer, "model_max_length", None)
+    if isinstance(declared, int) and 0 < declared < 1_000_000:
+        limit = min(limit, declared)
+    return limit
+
+
+def tokenize(tokenizer: Any, texts: Sequence[str], max_tokens: int) -> Batch:
+    """One padded batch, truncated at the model's limit (callers check lengths first)."""
+    out: Batch = tokenizer(
+        list(texts), padding=True, truncation=True, max_length=max_tokens, return_tensors="np"
+    )
+    return out
 
 
 def text_hash(text: str) -> str:

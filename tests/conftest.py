@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TQDM_DISABLE", "1")
+# One ONNX export of the bundled model for every server the tests start (in-process and
+# child processes), kept between runs: an export takes ~10 s, the parity check at each load
+# still guards it. Tests of the export itself use their own cache dirs.
+os.environ.setdefault(
+    "MEMSVC_MODEL_CACHE_DIR",
+    os.path.join(tempfile.gettempdir(), f"memsvc-test-model-cache-{os.getuid()}"),
+)
 
 from memsvc.app import Services, build_services
 from memsvc.config import Settings

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -10,11 +11,14 @@ from memsvc.embedder import (
     BUNDLED_MODEL_NAME,
     Embedder,
     EmbeddingCache,
+    _load_flag_model,
+    bundled_model_path,
     embed_passages_cached,
     load_embedder,
 )
 from memsvc.errors import EmbedderError
 from tests.conftest import make_settings
+from tests.support.faults import failing_model
 
 
 def test_bundled_model_dims_and_normalised(embedder: Embedder) -> None:
@@ -25,22 +29,30 @@ def test_bundled_model_dims_and_normalised(embedder: Embedder) -> None:
     assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
 
 
-def test_lean_query_path_matches_flagembedding(embedder: Embedder) -> None:
+@pytest.fixture(scope="module")
+def flag_model() -> Any:
+    """FlagEmbedding's own encoder of the bundled model: the reference for our lean paths
+    (and, through them, for the ONNX backend the session's embedder runs on)."""
+    path = bundled_model_path()
+    return _load_flag_model(str(path), "mean", None, 16)
+
+
+def test_lean_query_path_matches_flagembedding(embedder: Embedder, flag_model: Any) -> None:
     queries = [
         "where is my passport",
         "她喜欢画日落",
         "a much longer query about hiking near Lake Tahoe in spring",
     ]
     ours = embedder.encode_queries(queries)
-    reference = np.asarray(embedder._flag.encode_queries(queries), dtype=np.float32)
+    reference = np.asarray(flag_model.encode_queries(queries), dtype=np.float32)
     cosines = np.sum(ours * reference, axis=1)
     assert np.all(cosines > 0.9999)
 
 
-def test_passage_path_matches_flagembedding(embedder: Embedder) -> None:
+def test_passage_path_matches_flagembedding(embedder: Embedder, flag_model: Any) -> None:
     passages = ["short", "a cat sat on the mat " * 5, "我的护照在抽屉里。" * 10, "long text " * 400]
     ours = embedder.encode_passages(passages)
-    reference = np.asarray(embedder._flag.encode_corpus(passages, max_length=512), dtype=np.float32)
+    reference = np.asarray(flag_model.encode_corpus(passages, max_length=512), dtype=np.float32)
     assert np.all(np.sum(ours * reference, axis=1) > 0.9999)
 
 
@@ -71,13 +83,10 @@ def test_cache_skips_the_model(tmp_path: Path, embedder: Embedder) -> None:
     cache = EmbeddingCache(tmp_path / "cache.sqlite")
     texts = ["first text", "second text", "first text"]
     first = embed_passages_cached(embedder, cache, texts)
-    embedder.fault = RuntimeError("model must not run")
-    try:
+    with failing_model(embedder, "model must not run"):
         again = embed_passages_cached(embedder, cache, texts)
         with pytest.raises(EmbedderError):
             embed_passages_cached(embedder, cache, ["an unseen text"])
-    finally:
-        embedder.fault = None
     assert np.array_equal(first, again)
     assert np.array_equal(first[0], first[2])
 
@@ -96,3 +105,57 @@ def test_query_batcher_matches_direct_encoding(embedder: Embedder) -> None:
         batcher.close()
     direct = embedder.encode_queries(queries)
     assert np.all(np.sum(np.stack(got) * direct, axis=1) > 0.9999)
+
+
+# -- backends ----------------------------------------------------------------------------------
+PARITY_TEXTS = [
+    "where did I leave my passport",
+    "她喜欢画日落",
+    "User (Caroline): I adopted a puppy named Biscuit. " * 20,
+    "x",
+]
+
+
+def test_session_embedder_runs_on_onnx(embedder: Embedder) -> None:
+    # auto picks ONNX Runtime when its export reproduces torch: the default everywhere
+    assert embedder.backend.name == "onnx"
+
+
+def test_onnx_backend_matches_torch(tmp_path: Path, embedder: Embedder) -> None:
+    on_torch = load_embedder(make_settings(tmp_path, embed_backend="torch"))
+    assert on_torch.backend.name == "torch"
+    for encode in ("encode_passages", "encode_queries"):
+        a = getattr(embedder, encode)(PARITY_TEXTS)
+        b = getattr(on_torch, encode)(PARITY_TEXTS)
+        assert np.min(np.sum(a * b, axis=1)) >= 0.999
+
+
+def test_fresh_export_is_checked_and_reused(tmp_path: Path) -> None:
+    cache = tmp_path / "models"
+    first = load_embedder(make_settings(tmp_path, embed_backend="onnx", model_cache_dir=cache))
+    exports = list(cache.glob("*/model.onnx"))
+    assert first.backend.name == "onnx" and len(exports) == 1
+    stamp = exports[0].stat().st_mtime_ns
+    again = load_embedder(make_settings(tmp_path, embed_backend="onnx", model_cache_dir=cache))
+    assert again.backend.name == "onnx" and exports[0].stat().st_mtime_ns == stamp
+    # a damaged export (a disk error, a killed copy) is made again, not trusted
+    exports[0].write_bytes(b"not a model")
+    repaired = load_embedder(make_settings(tmp_path, embed_backend="onnx", model_cache_dir=cache))
+    assert repaired.backend.name == "onnx" and exports[0].stat().st_size > 1_000_000
+    texts = ["a damaged export is rebuilt"]
+    assert np.allclose(repaired.encode_queries(texts), first.encode_queries(texts), atol=1e-5)
+
+
+def test_unusable_onnx_falls_back_to_torch_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("the model cache cannot live under a file")
+    loaded = load_embedder(make_settings(tmp_path, model_cache_dir=blocked / "models"))
+    assert loaded.backend.name == "torch"
+    out = capsys.readouterr()
+    assert "embed_backend_fallback" in out.out + out.err
+    with pytest.raises(RuntimeError, match="MEMSVC_EMBED_BACKEND=onnx"):
+        load_embedder(
+            make_settings(tmp_path, embed_backend="onnx", model_cache_dir=blocked / "models")
+        )

@@ -8,6 +8,7 @@ import threading
 from memsvc.app import Services
 from memsvc.types import SearchFilters, SearchRequest
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, turn
+from tests.support.faults import failing_model
 
 
 def live(svc: Services, conv: str) -> dict[str, str]:
@@ -48,8 +49,7 @@ def test_model_failure_is_visible_and_recovers(services: Services) -> None:
     services.ingest.append(conversation("a5", EN_TURNS))
     status = services.worker.queue.status(["a5"])[0]
     assert status.state == "pending" and status.dirty == len(EN_TURNS)
-    services.embedder.fault = RuntimeError("injected model failure")
-    try:
+    with failing_model(services.embedder, "injected model failure"):
         items = services.worker.queue.lease(0.0, 60, 8)
         services.worker.process(items)
         failed = services.worker.queue.status(["a5"])[0]
@@ -58,8 +58,6 @@ def test_model_failure_is_visible_and_recovers(services: Services) -> None:
         for _ in range(services.worker.settings.max_attempts):
             services.worker.process(services.worker.queue.lease(1e12, 60, 8))
         assert services.worker.queue.status(["a5"])[0].state == "failed"
-    finally:
-        services.embedder.fault = None
     assert live(services, "a5") == {}
     # new events (or a Reindex) re-queue a failed conversation; with the fault gone it indexes
     services.ingest.append([turn("a5", len(EN_TURNS), "One more thing about Biscuit.")])

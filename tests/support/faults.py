@@ -1,0 +1,34 @@
+"""Fault injection for tests: a model backend that fails, swapped in for a while."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+
+from memsvc.backends import BackendName, Batch
+from memsvc.embedder import Embedder
+from memsvc.errors import EmbedderError
+
+
+class FailingBackend:
+    """Every forward pass fails as the real backends report a runtime error."""
+
+    def __init__(self, cause: str, name: BackendName = "torch") -> None:
+        self.cause = cause
+        self.name = name
+
+    def encode(self, batch: Batch) -> np.ndarray:
+        raise EmbedderError(f"embedding failed: {self.cause}")
+
+
+@contextmanager
+def failing_model(embedder: Embedder, cause: str) -> Iterator[None]:
+    """The model fails until the block ends."""
+    healthy = embedder.backend
+    embedder.backend = FailingBackend(cause, healthy.name)
+    try:
+        yield
+    finally:
+        embedder.backend = healthy
