@@ -51,6 +51,11 @@ log = structlog.get_logger(__name__)
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["MemoryService"].full_name
+# grpcio-reflection serves v1alpha only; v1 (what current grpcurl, Postman and the other
+# languages' tools ask first) is the same protocol under another name, served alongside.
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+# WaitForIndexed replies this long before the caller's deadline, so the reply reaches it.
+WAIT_REPLY_MARGIN_S = 0.2
 
 _MODES = {
     pb.SEARCH_MODE_DENSE: SearchMode.DENSE,
@@ -428,6 +433,10 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         if not 0 <= request.timeout_ms <= 300_000:
             raise InvalidArgument("timeout_ms", "must be 0 (= 10000) to 300000")
         timeout_s = (request.timeout_ms or 10_000) / 1000
+        remaining = context.time_remaining()
+        if remaining is not None:
+            # Answer (indexed=false) just before the client's own deadline, not after it.
+            timeout_s = max(0.0, min(timeout_s, remaining - WAIT_REPLY_MARGIN_S))
         with self.waiting.enter():
             item = self.core.worker.wait_for_indexed(
                 conv, request.turn_id, timeout_s, context.is_active
@@ -462,6 +471,27 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         if request.cancel:
             return pb.ReindexResponse(queued=core.worker.cancel_reindex(ids))
         return pb.ReindexResponse(queued=core.worker.reindex(ids, version))
+
+
+def _enable_reflection(server: grpc.Server) -> None:
+    """Server reflection under v1alpha and v1 (identical messages, different service)."""
+    from grpc_reflection.v1alpha import reflection_pb2 as rpb
+    from grpc_reflection.v1alpha import reflection_pb2_grpc
+
+    names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME, REFLECTION_V1)
+    servicer = reflection.ReflectionServicer(names)
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
+    v1 = grpc.method_handlers_generic_handler(
+        REFLECTION_V1,
+        {
+            "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
+                servicer.ServerReflectionInfo,
+                request_deserializer=rpb.ServerReflectionRequest.FromString,
+                response_serializer=rpb.ServerReflectionResponse.SerializeToString,
+            )
+        },
+    )
+    server.add_generic_rpc_handlers((v1,))
 
 
 def index_status_to_pb(item: QueueItem) -> pb.IndexStatus:
@@ -585,9 +615,7 @@ def start_server(
         health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if reflection_on if reflection_on is not None else tokens is None:
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
+        _enable_reflection(server)
     if credentials is not None:
         port = server.add_secure_port(listen, credentials)
     else:

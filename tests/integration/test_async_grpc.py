@@ -128,6 +128,13 @@ def test_async_rpcs(stub: pb_grpc.MemoryServiceStub) -> None:
         pb.WaitForIndexedRequest(conversation_id="g-async", turn_id=3, timeout_ms=200)
     )
     assert not early.indexed
+    # timeout_ms beyond the caller's deadline: the reply comes before the deadline, not a
+    # DEADLINE_EXCEEDED (the smaller of the two bounds the wait)
+    bounded = stub.WaitForIndexed(
+        pb.WaitForIndexedRequest(conversation_id="g-async", turn_id=3, timeout_ms=120_000),
+        timeout=2.0,
+    )
+    assert not bounded.indexed and bounded.status.state == "pending"
     stub.SetIndexingPaused(pb.SetIndexingPausedRequest(paused=False))
     done = stub.WaitForIndexed(
         pb.WaitForIndexedRequest(conversation_id="g-async", turn_id=3, timeout_ms=60_000)

@@ -70,6 +70,9 @@ def expect_invalid(call: object, request: object, field: str) -> None:
     assert field in (err.value.details() or "")
 
 
+SERVICE = "memsvc.v1.MemoryService"
+
+
 def test_health_serving_and_reflection(channel: grpc.Channel) -> None:
     health = health_pb2_grpc.HealthStub(channel)
     for name in ("", "memsvc.v1.MemoryService"):
@@ -85,6 +88,17 @@ def test_health_serving_and_reflection(channel: grpc.Channel) -> None:
     )
     names = {s.name for s in reply.list_services_response.service}
     assert {"memsvc.v1.MemoryService", "grpc.health.v1.Health"} <= names
+    # v1, which newer tools ask first, answers the same (same messages, other service name)
+    v1 = channel.stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    described = next(
+        iter(v1(iter([reflection_pb2.ServerReflectionRequest(file_containing_symbol=SERVICE)])))
+    )
+    assert described.file_descriptor_response.file_descriptor_proto
+    assert "grpc.reflection.v1.ServerReflection" in names
 
 
 def test_not_serving_until_ready() -> None:
