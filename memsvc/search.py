@@ -22,7 +22,7 @@ from memsvc.errors import Cancelled, InvalidArgument
 from memsvc.eventlog import EventLog
 from memsvc.filters import build_filter_expr
 from memsvc.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K
-from memsvc.store import ChunkStore, StoredChunk
+from memsvc.store import Candidate, ChunkStore, Scored, StoredChunk
 from memsvc.types import Hit, SearchMode, SearchRequest
 
 DEFAULT_TOP_K = 6
@@ -124,7 +124,7 @@ class SearchService:
         pool = top_k * 2 if mode is SearchMode.DENSE and not req.mmr_lambda else max(top_k * 4, 40)
         pool = min(pool, 16_384)
 
-        ranked: list[tuple[StoredChunk, float]]
+        ranked: list[Scored]
         if mode is SearchMode.DENSE:
             ranked = self.store.search_dense(self.queries.encode(req.query_text), expr, pool)
         elif mode is SearchMode.KEYWORD:
@@ -140,12 +140,23 @@ class SearchService:
                 [dense, keyword], [self.tuning.dense_weight, self.tuning.keyword_weight]
             )
         ranked = dedup_text(ranked)
+        records: dict[str, StoredChunk] = {}
         if req.mmr_lambda and len(ranked) > top_k:
-            vectors = self.store.get([c.record.chunk_id for c, _ in ranked], with_vectors=True)
-            ranked = mmr_select(ranked, vectors, top_k, req.mmr_lambda)
+            records = self.store.get([c.chunk_id for c, _ in ranked], with_vectors=True)
+            ranked = mmr_select(ranked, records, top_k, req.mmr_lambda)
+        top = sorted(ranked, key=lambda x: -x[1])[:top_k]
+        if not records:
+            records = self.store.get([c.chunk_id for c, _ in top])
+        # A chunk removed between the search and this read is not returned.
         hits = [
-            Hit(c.record.chunk_id, score, c.record.text, c.record.metadata)
-            for c, score in sorted(ranked, key=lambda x: -x[1])[:top_k]
+            Hit(
+                c.chunk_id,
+                score,
+                records[c.chunk_id].record.text,
+                records[c.chunk_id].record.metadata,
+            )
+            for c, score in top
+            if c.chunk_id in records
         ]
         return mode, top_k, hits
 
@@ -157,51 +168,44 @@ def _check_query(text: str, field: str) -> None:
         raise InvalidArgument(field, f"longer than {MAX_QUERY_CHARS} characters")
 
 
-def rrf_fuse(
-    lists: Sequence[Sequence[tuple[StoredChunk, float]]], weights: Sequence[float]
-) -> list[tuple[StoredChunk, float]]:
+def rrf_fuse(lists: Sequence[Sequence[Scored]], weights: Sequence[float]) -> list[Scored]:
     """Reciprocal-rank fusion, normalised so rank 1 in every list scores 1.0."""
     norm = sum(w / (RRF_K + 1) for w in weights) or 1.0
     scores: dict[str, float] = {}
-    chunks: dict[str, StoredChunk] = {}
+    chunks: dict[str, Candidate] = {}
     for ranked, weight in zip(lists, weights, strict=True):
         for rank, (chunk, _) in enumerate(ranked, start=1):
-            cid = chunk.record.chunk_id
+            cid = chunk.chunk_id
             chunks[cid] = chunk
             scores[cid] = scores.get(cid, 0.0) + weight / (RRF_K + rank)
     order = sorted(scores, key=lambda cid: (-scores[cid], cid))
     return [(chunks[cid], scores[cid] / norm) for cid in order]
 
 
-def dedup_text(ranked: Sequence[tuple[StoredChunk, float]]) -> list[tuple[StoredChunk, float]]:
+def dedup_text(ranked: Sequence[Scored]) -> list[Scored]:
     """Keep the best-ranked of hits whose text is identical."""
     seen: set[str] = set()
     out = []
     for chunk, score in ranked:
-        if chunk.record.text not in seen:
-            seen.add(chunk.record.text)
+        if chunk.text not in seen:
+            seen.add(chunk.text)
             out.append((chunk, score))
     return out
 
 
 def mmr_select(
-    ranked: Sequence[tuple[StoredChunk, float]],
-    vectors: dict[str, StoredChunk],
-    k: int,
-    lam: float,
-) -> list[tuple[StoredChunk, float]]:
+    ranked: Sequence[Scored], vectors: dict[str, StoredChunk], k: int, lam: float
+) -> list[Scored]:
     """Maximal marginal relevance: lam * relevance - (1 - lam) * max similarity to picks.
     Relevance is the score min-max scaled to [0, 1] within the candidate pool."""
     # A chunk removed since the search cannot be diversified against: drop it.
-    ranked = [(c, s) for c, s in ranked if vectors.get(c.record.chunk_id) is not None]
+    ranked = [(c, s) for c, s in ranked if vectors.get(c.chunk_id) is not None]
     if not ranked:
         return []
     scores = np.array([s for _, s in ranked], dtype=np.float64)
     span = scores.max() - scores.min() if len(scores) else 0.0
     rel = (scores - scores.min()) / span if span > 0 else np.ones_like(scores)
-    mat = np.stack(
-        [np.asarray(vectors[c.record.chunk_id].vector, dtype=np.float32) for c, _ in ranked]
-    )
+    mat = np.stack([np.asarray(vectors[c.chunk_id].vector, dtype=np.float32) for c, _ in ranked])
     sims = mat @ mat.T
     chosen: list[int] = []
     left = list(range(len(ranked)))

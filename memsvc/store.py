@@ -56,6 +56,24 @@ _SCALAR_FIELDS = [
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """A search candidate before ranking: its id, and its text for deduplication. The
+    whole record is read for the few that are returned (reading every scalar field of
+    every candidate was most of a search's time)."""
+
+    chunk_id: str
+    text: str
+
+
+Scored = tuple[Candidate, float]
+_CANDIDATE_FIELDS = ["chunk_id", "text"]
+
+
+def _candidate(row: dict[str, Any]) -> Candidate:
+    return Candidate(str(row["chunk_id"]), str(row["text"]))
+
+
+@dataclass(frozen=True)
 class StoredChunk:
     record: ChunkRecord
     content_hash: str
@@ -369,23 +387,20 @@ class ChunkStore:
         return int(rows[0]["count(*)"])
 
     @_store_call
-    def search_dense(
-        self, vector: np.ndarray, expr: str, limit: int, with_vectors: bool = False
-    ) -> list[tuple[StoredChunk, float]]:
-        fields = _SCALAR_FIELDS + (["vector"] if with_vectors else [])
+    def search_dense(self, vector: np.ndarray, expr: str, limit: int) -> list[Scored]:
         result = self._client.search(
             self.collection,
             data=[np.asarray(vector, dtype=np.float32).tolist()],
             anns_field="vector",
             limit=limit,
             filter=expr,
-            output_fields=fields,
+            output_fields=_CANDIDATE_FIELDS,
             search_params={"metric_type": "IP"},
         )
-        return [(_from_row(h["entity"]), float(h["distance"])) for h in result[0]]
+        return [(_candidate(h["entity"]), float(h["distance"])) for h in result[0]]
 
     @_store_call
-    def search_keyword(self, text: str, expr: str, limit: int) -> list[tuple[StoredChunk, float]]:
+    def search_keyword(self, text: str, expr: str, limit: int) -> list[Scored]:
         from pymilvus.exceptions import MilvusException
 
         try:
@@ -395,7 +410,7 @@ class ChunkStore:
                 anns_field="sparse",
                 limit=limit,
                 filter=expr,
-                output_fields=_SCALAR_FIELDS,
+                output_fields=_CANDIDATE_FIELDS,
                 search_params={"metric_type": "BM25"},
             )
         except MilvusException as exc:
@@ -404,7 +419,7 @@ class ChunkStore:
             if "NaN or Inf" in str(exc):
                 return []
             raise
-        return [(_from_row(h["entity"]), float(h["distance"])) for h in result[0]]
+        return [(_candidate(h["entity"]), float(h["distance"])) for h in result[0]]
 
     # -- writes ---------------------------------------------------------------------------
     @_store_call

@@ -9,7 +9,7 @@ from memsvc.app import Services
 from memsvc.errors import InvalidArgument
 from memsvc.ids import chunk_id
 from memsvc.search import dedup_text, mmr_select, rrf_fuse
-from memsvc.store import StoredChunk
+from memsvc.store import Candidate, StoredChunk
 from memsvc.types import (
     ChunkMetadata,
     ChunkRecord,
@@ -28,30 +28,34 @@ def chunk(n: int, text: str, vec: list[float]) -> StoredChunk:
     return StoredChunk(ChunkRecord(chunk_id("c", n, n, 1), text, meta), "", v / np.linalg.norm(v))
 
 
+def candidate(stored: StoredChunk) -> Candidate:
+    return Candidate(stored.record.chunk_id, stored.record.text)
+
+
 def test_rrf_rank_one_everywhere_scores_one() -> None:
-    a, b, c = chunk(0, "a", [1, 0]), chunk(1, "b", [0, 1]), chunk(2, "c", [1, 1])
+    a, b, c = (candidate(chunk(i, t, [1, i])) for i, t in enumerate("abc"))
     fused = rrf_fuse([[(a, 0.9), (b, 0.5)], [(a, 7.0), (c, 3.0)]], [1.0, 1.0])
     assert fused[0][0] is a and fused[0][1] == pytest.approx(1.0)
-    assert {x.record.text for x, _ in fused[1:]} == {"b", "c"}
+    assert {x.text for x, _ in fused[1:]} == {"b", "c"}
     assert fused[1][1] == pytest.approx(fused[2][1])  # both ranked second once
     weighted = rrf_fuse([[(b, 0.9)], [(c, 1.0)]], [1.0, 3.0])
     assert weighted[0][0] is c
 
 
 def test_dedup_keeps_best_of_identical_texts() -> None:
-    a, a2, b = chunk(0, "same", [1, 0]), chunk(1, "same", [1, 0]), chunk(2, "other", [0, 1])
-    assert [x.record.chunk_id for x, _ in dedup_text([(a, 0.9), (a2, 0.8), (b, 0.7)])] == [
-        a.record.chunk_id,
-        b.record.chunk_id,
+    a, a2, b = (candidate(chunk(i, t, [1, 0])) for i, t in enumerate(["same", "same", "other"]))
+    assert [x.chunk_id for x, _ in dedup_text([(a, 0.9), (a2, 0.8), (b, 0.7)])] == [
+        a.chunk_id,
+        b.chunk_id,
     ]
 
 
 def test_mmr_prefers_diverse_candidates() -> None:
     a, a2, b = chunk(0, "a", [1, 0]), chunk(1, "a2", [0.99, 0.01]), chunk(2, "b", [0, 1])
-    ranked = [(a, 0.9), (a2, 0.89), (b, 0.5)]
-    vectors = {c.record.chunk_id: c for c, _ in ranked}
-    assert [c.record.text for c, _ in mmr_select(ranked, vectors, 2, 1.0)] == ["a", "a2"]
-    assert [c.record.text for c, _ in mmr_select(ranked, vectors, 2, 0.3)] == ["a", "b"]
+    vectors = {c.record.chunk_id: c for c in (a, a2, b)}
+    ranked = [(candidate(a), 0.9), (candidate(a2), 0.89), (candidate(b), 0.5)]
+    assert [c.text for c, _ in mmr_select(ranked, vectors, 2, 1.0)] == ["a", "a2"]
+    assert [c.text for c, _ in mmr_select(ranked, vectors, 2, 0.3)] == ["a", "b"]
 
 
 def test_filters_hold_in_every_mode(services: Services) -> None:

@@ -46,7 +46,7 @@ def test_injection_never_widens_a_filter(tmp_path: Path, evil: str) -> None:
     found = store.query(expr)
     assert [c.record.metadata.conversation_id for c in found] == [evil]
     hits = store.search_dense(np.ones(DIM, dtype=np.float32), expr, 10)
-    assert {h.record.metadata.conversation_id for h, _ in hits} == {evil}
+    assert {h.text for h, _ in hits} == {"mine"}
     store.close()
 
 
@@ -79,9 +79,9 @@ def test_keyword_search_is_case_insensitive_and_filtered(tmp_path: Path) -> None
     )
     expr = build_filter_expr(SearchFilters(conversation_ids=("c1",)), {})
     hits = store.search_keyword("CAROLINE", expr, 10)
-    assert [h.record.metadata.turn_range.start for h, _ in hits] == [0]
+    assert [h.chunk_id for h, _ in hits] == [chunk_id("c1", 0, 1, 1)]
     zh = store.search_keyword("护照", expr, 10)
-    assert [h.record.metadata.turn_range.start for h, _ in zh] == [2]
+    assert [h.text for h, _ in zh] == ["我的护照在抽屉里"]
     store.close()
 
 
@@ -111,7 +111,7 @@ def test_remote_milvus_uri(tmp_path: Path) -> None:
         store = ChunkStore(f"http://127.0.0.1:{port}", "c", "m", DIM)
         store.upsert([record("c1", 0, "hello remote")])
         assert store.count() == 1
-        assert store.search_keyword("remote", "", 5)[0][0].record.text == "hello remote"
+        assert store.search_keyword("remote", "", 5)[0][0].text == "hello remote"
         store.close()
     finally:
         server.stop()
