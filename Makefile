@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 # would pull gigabytes of CUDA wheels.
 TORCH := torch==2.13.0
 
-.PHONY: run test eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience clean soak proto-check test-clients
+.PHONY: run test eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-peer-venv clean soak proto-check test-clients
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -78,8 +78,15 @@ bench-async: $(VENV)/.dev
 bench-resilience: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/resilience.py $(ARGS)
 
+# bench-perf also runs the LangChain peer (benchmarks/peer_langchain.py) when .venv-peer exists.
 bench-perf: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/perf.py $(ARGS)
 
+PEER_VENV := .venv-peer
+bench-peer-venv: benchmarks/peer-requirements.txt
+	test -x $(PEER_VENV)/bin/python || $(PYTHON) -m venv $(PEER_VENV)
+	$(PEER_VENV)/bin/pip install -q --disable-pip-version-check $(TORCH)
+	$(PEER_VENV)/bin/pip install -q --disable-pip-version-check -r benchmarks/peer-requirements.txt
+
 clean:
-	rm -rf $(VENV) data clients/node_modules clients/ts/gen
+	rm -rf $(VENV) $(PEER_VENV) data clients/node_modules clients/ts/gen

@@ -174,8 +174,8 @@ class Embedder:
         instruction = self.info.query_instruction or ""
         with self._lock:
             started = time.perf_counter()
-            texts = [instruction + t for t in texts]
-            vectors = self.backend.encode(tokenize(self._tokenizer, texts, self.info.max_tokens))
+            prompted = [instruction + t for t in texts]
+            vectors = self.backend.encode(tokenize(self._tokenizer, prompted, self.info.max_tokens))
             metrics.EMBED_DURATION.labels("query").observe(time.perf_counter() - started)
         metrics.EMBEDDED_TEXTS.labels("query").inc(len(texts))
         return vectors
