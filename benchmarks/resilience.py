@@ -77,8 +77,12 @@ def main() -> None:
         wait = pb.WaitForIndexedRequest(conversation_id="wait", turn_id=0, timeout_ms=300_000)
 
         def abandon() -> None:
-            with contextlib.suppress(grpc.RpcError):  # abandoned on purpose
-                stub.WaitForIndexed(wait, timeout=0.2)
+            # Cancelled after 200 ms (a deadline would now be answered before it passes).
+            call = stub.WaitForIndexed.future(wait)
+            time.sleep(0.2)
+            call.cancel()
+            with contextlib.suppress(grpc.RpcError, grpc.FutureCancelledError):
+                call.result()
 
         stop = threading.Event()
 
