@@ -694,7 +694,11 @@ def serve(settings: Settings) -> None:
         metrics_port = metrics.serve_metrics(settings.metrics_listen)
         log.info("metrics", address=f"{settings.metrics_listen.rpartition(':')[0]}:{metrics_port}")
     log.info("serving", address=f"{host}:{running.port}", model=services.embedder.name)
-    stop.wait()
+    # A signal may be delivered to any thread (ONNX Runtime's and torch's pools do not block
+    # them), and Python runs its handlers in the main thread only between bytecodes: a single
+    # blocking wait here could sleep through SIGHUP or SIGTERM. Wait in short steps.
+    while not stop.wait(0.2):
+        pass
     log.info("shutting_down", grace_s=settings.shutdown_grace_s)
     running.stop(settings.shutdown_grace_s)
     services.close()
