@@ -148,16 +148,8 @@ class SearchService:
         if not records:
             records = self.store.get([c.chunk_id for c, _ in top])
         # A chunk removed between the search and this read is not returned.
-        hits = [
-            Hit(
-                c.chunk_id,
-                score,
-                records[c.chunk_id].record.text,
-                records[c.chunk_id].record.metadata,
-            )
-            for c, score in top
-            if c.chunk_id in records
-        ]
+        found = [(records[c.chunk_id].record, score) for c, score in top if c.chunk_id in records]
+        hits = [Hit(r.chunk_id, score, r.text, r.metadata) for r, score in found]
         return mode, top_k, hits
 
 
