@@ -5,7 +5,10 @@
 For every question of categories 1-4, search that question's conversation only. A hit
 covers the turns of its turn_range. Reports recall@5, recall@10, recall within a budget of
 20 turns (hits taken in rank order while their turns stay within 20; the first hit always
-counts), turns per hit, ingest time and query latency p50/p99. Method: shared/eval/README.md.
+counts), turns per hit, ingest time and query latency p50/p99; then, per mode, the same
+recalls per question category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop) and
+recall within 20 turns per conversation (how stable a change is across conversations).
+Method: shared/eval/README.md.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections import defaultdict
 from datetime import date
 from pathlib import Path
 
@@ -28,6 +32,7 @@ MODES = {
     "hybrid": pb.SEARCH_MODE_HYBRID,
 }
 TURN_BUDGET = 20
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 
 
 def covered(hits: list[pb.Hit]) -> list[set[int]]:
@@ -63,7 +68,11 @@ def main() -> None:
             f"ingested {turns} turns: {chunks} chunk writes, {live} live chunks, {ingest_s:.1f} s"
         )
         rows = []
+        # mode -> group ("category 1", conversation id) -> [r5, r10, r20t, questions]
+        groups: dict[str, dict[str, list[float]]] = {}
         for mode_name in args.modes.split(","):
+            by_group: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
+            groups[mode_name] = by_group
             r5 = r10 = rb = 0.0
             n = 0
             per_hit: list[int] = []
@@ -87,10 +96,13 @@ def main() -> None:
                     evidence = set(q.evidence)
                     top5 = set().union(*spans[:5]) if spans else set()
                     top10 = set().union(*spans) if spans else set()
-                    r5 += len(evidence & top5) / len(evidence)
-                    r10 += len(evidence & top10) / len(evidence)
-                    rb += len(evidence & within_budget(spans, TURN_BUDGET)) / len(evidence)
-                    n += 1
+                    q5 = len(evidence & top5) / len(evidence)
+                    q10 = len(evidence & top10) / len(evidence)
+                    qb = len(evidence & within_budget(spans, TURN_BUDGET)) / len(evidence)
+                    r5, r10, rb, n = r5 + q5, r10 + q10, rb + qb, n + 1
+                    for key in (f"category {q.category}", conv.conversation_id):
+                        g = by_group[key]
+                        g[0], g[1], g[2], g[3] = g[0] + q5, g[1] + q10, g[2] + qb, g[3] + 1
             rows.append(
                 (
                     mode_name,
@@ -113,6 +125,23 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for m, a, b, c, t, p50, p99, n in rows:
         print(f"| {m} | {a:.3f} | {b:.3f} | {c:.3f} | {t:.2f} | {p50:.1f} | {p99:.1f} | {n} |")
+    print("\nper category: recall@5 / recall@10 / recall@20 turns (questions)\n")
+    print("| mode | " + " | ".join(f"{c} {name}" for c, name in CATEGORIES.items()) + " |")
+    print("|---|" + "---|" * len(CATEGORIES))
+    for m, by_group in groups.items():
+        cells = []
+        for c in CATEGORIES:
+            g = by_group[f"category {c}"]
+            k = max(1, int(g[3]))
+            cells.append(f"{g[0] / k:.3f} / {g[1] / k:.3f} / {g[2] / k:.3f} ({int(g[3])})")
+        print(f"| {m} | " + " | ".join(cells) + " |")
+    conv_ids = [c.conversation_id for c in convs]
+    print("\nper conversation: recall@20 turns\n")
+    print("| mode | " + " | ".join(conv_ids) + " |")
+    print("|---|" + "---|" * len(conv_ids))
+    for m, by_group in groups.items():
+        cells = [f"{by_group[c][2] / max(1, int(by_group[c][3])):.3f}" for c in conv_ids]
+        print(f"| {m} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from memsvc.embedder import Embedder, EmbeddingCache, load_embedder
 from memsvc.eventlog import EventLog
 from memsvc.ingest import IngestService
 from memsvc.prefix import KeywordExtractor
-from memsvc.search import SearchService, SearchTuning
+from memsvc.search import Fusion, SearchService, SearchTuning
 from memsvc.store import ChunkStore
 from memsvc.supervision import StoreWatch
 from memsvc.types import SearchMode
@@ -98,6 +98,7 @@ def build_services(settings: Settings, embedder: Embedder | None = None) -> Serv
         default_mode=SearchMode(settings.search_default_mode),
         dense_weight=settings.search_dense_weight,
         keyword_weight=settings.search_keyword_weight,
+        fusion=Fusion(settings.search_fusion),
     )
     search = SearchService(store, events, embedder, tuning)
     log.info("store_ready", uri=store.uri, collection=store.collection)

@@ -55,8 +55,17 @@ class Settings(BaseSettings):
     chunk_overlap_turns: int = Field(2, ge=0, le=63, description="turns shared by neighbours")
     chunk_max_tokens: int = Field(512, ge=64, le=8192, description="model tokens per chunk")
     search_default_mode: Literal["dense", "keyword", "hybrid"] = "hybrid"
-    search_keyword_weight: float = Field(1.0, ge=0.0, description="RRF weight of the BM25 list")
-    search_dense_weight: float = Field(1.0, ge=0.0, description="RRF weight of the dense list")
+    search_fusion: Literal["score", "rrf"] = Field(
+        "score",
+        description="hybrid: score = weighted sum of scores scaled by each list's best,"
+        " rrf = reciprocal-rank fusion",
+    )
+    search_keyword_weight: float = Field(
+        1.0, ge=0.0, description="hybrid fusion weight of the BM25 list"
+    )
+    search_dense_weight: float = Field(
+        1.0, ge=0.0, description="hybrid fusion weight of the dense list"
+    )
     grpc_workers: int = Field(16, ge=1, le=256)
     max_waiting_calls: int = Field(
         4, ge=1, le=256, description="concurrent WaitForIndexed calls; more: RESOURCE_EXHAUSTED"

@@ -8,8 +8,8 @@ import pytest
 from memsvc.app import Services
 from memsvc.errors import InvalidArgument
 from memsvc.ids import chunk_id
-from memsvc.search import dedup_text, mmr_select, rrf_fuse
-from memsvc.store import Candidate, StoredChunk
+from memsvc.search import dedup_text, mmr_select, rrf_fuse, score_fuse
+from memsvc.store import StoredChunk
 from memsvc.types import (
     ChunkMetadata,
     ChunkRecord,
@@ -28,34 +28,52 @@ def chunk(n: int, text: str, vec: list[float]) -> StoredChunk:
     return StoredChunk(ChunkRecord(chunk_id("c", n, n, 1), text, meta), "", v / np.linalg.norm(v))
 
 
-def candidate(stored: StoredChunk) -> Candidate:
-    return Candidate(stored.record.chunk_id, stored.record.text)
-
-
 def test_rrf_rank_one_everywhere_scores_one() -> None:
-    a, b, c = (candidate(chunk(i, t, [1, i])) for i, t in enumerate("abc"))
-    fused = rrf_fuse([[(a, 0.9), (b, 0.5)], [(a, 7.0), (c, 3.0)]], [1.0, 1.0])
-    assert fused[0][0] is a and fused[0][1] == pytest.approx(1.0)
-    assert {x.text for x, _ in fused[1:]} == {"b", "c"}
+    fused = rrf_fuse([[("a", 0.9), ("b", 0.5)], [("a", 7.0), ("c", 3.0)]], [1.0, 1.0])
+    assert fused[0][0] == "a" and fused[0][1] == pytest.approx(1.0)
+    assert {x for x, _ in fused[1:]} == {"b", "c"}
     assert fused[1][1] == pytest.approx(fused[2][1])  # both ranked second once
-    weighted = rrf_fuse([[(b, 0.9)], [(c, 1.0)]], [1.0, 3.0])
-    assert weighted[0][0] is c
+    weighted = rrf_fuse([[("b", 0.9)], [("c", 1.0)]], [1.0, 3.0])
+    assert weighted[0][0] == "c"
+
+
+def test_score_fusion_scales_each_list_by_its_best() -> None:
+    dense = [("a", 0.8), ("b", 0.4)]
+    keyword = [("b", 12.0), ("c", 3.0)]
+    fused = dict(score_fuse([dense, keyword], [1.0, 1.0]))
+    assert fused == pytest.approx({"a": 0.5, "b": 0.75, "c": 0.125})
+    # Best in every list scores 1.0; weights shift the balance.
+    assert dict(score_fuse([[("a", 0.5)], [("a", 9.0)]], [1.0, 1.0])) == pytest.approx({"a": 1})
+    weighted = score_fuse([dense, keyword], [3.0, 1.0])
+    assert [cid for cid, _ in weighted] == ["a", "b", "c"]
+    # Unlike ranks, a clear winner stays ahead of a close runner-up in its list: RRF
+    # puts "x" (first by far in one list) level with "y" (second in both).
+    lists = [[("x", 0.9), ("y", 0.3)], [("z", 10.0), ("y", 9.9), ("x", 0.5)]]
+    assert score_fuse(lists, [1.0, 1.0])[0][0] == "y"
+    assert [cid for cid, _ in score_fuse([[("n", -0.2)], [("k", 2.0)]], [1.0, 1.0])] == [
+        "k",
+        "n",
+    ]
 
 
 def test_dedup_keeps_best_of_identical_texts() -> None:
-    a, a2, b = (candidate(chunk(i, t, [1, 0])) for i, t in enumerate(["same", "same", "other"]))
-    assert [x.chunk_id for x, _ in dedup_text([(a, 0.9), (a2, 0.8), (b, 0.7)])] == [
-        a.chunk_id,
-        b.chunk_id,
+    a, a2, b = (chunk(i, t, [1, 0]) for i, t in enumerate(["same", "same", "other"]))
+    records = {c.record.chunk_id: c for c in (a, a2, b)}
+    ranked = [(a.record.chunk_id, 0.9), (a2.record.chunk_id, 0.8), (b.record.chunk_id, 0.7)]
+    ranked.append(("gone", 0.6))  # removed since the search: no record
+    assert [cid for cid, _ in dedup_text(ranked, records)] == [
+        a.record.chunk_id,
+        b.record.chunk_id,
     ]
 
 
 def test_mmr_prefers_diverse_candidates() -> None:
     a, a2, b = chunk(0, "a", [1, 0]), chunk(1, "a2", [0.99, 0.01]), chunk(2, "b", [0, 1])
     vectors = {c.record.chunk_id: c for c in (a, a2, b)}
-    ranked = [(candidate(a), 0.9), (candidate(a2), 0.89), (candidate(b), 0.5)]
-    assert [c.text for c, _ in mmr_select(ranked, vectors, 2, 1.0)] == ["a", "a2"]
-    assert [c.text for c, _ in mmr_select(ranked, vectors, 2, 0.3)] == ["a", "b"]
+    text = {c.record.chunk_id: c.record.text for c in (a, a2, b)}
+    ranked = [(a.record.chunk_id, 0.9), (a2.record.chunk_id, 0.89), (b.record.chunk_id, 0.5)]
+    assert [text[c] for c, _ in mmr_select(ranked, vectors, 2, 1.0)] == ["a", "a2"]
+    assert [text[c] for c, _ in mmr_select(ranked, vectors, 2, 0.3)] == ["a", "b"]
 
 
 def test_filters_hold_in_every_mode(services: Services) -> None:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from structlog.testing import capture_logs
 
 from memsvc.errors import FailedPrecondition
 from memsvc.filters import build_filter_expr, quote
@@ -46,7 +47,7 @@ def test_injection_never_widens_a_filter(tmp_path: Path, evil: str) -> None:
     found = store.query(expr)
     assert [c.record.metadata.conversation_id for c in found] == [evil]
     hits = store.search_dense(np.ones(DIM, dtype=np.float32), expr, 10)
-    assert {h.text for h, _ in hits} == {"mine"}
+    assert [cid for cid, _ in hits] == [found[0].record.chunk_id]
     store.close()
 
 
@@ -79,9 +80,46 @@ def test_keyword_search_is_case_insensitive_and_filtered(tmp_path: Path) -> None
     )
     expr = build_filter_expr(SearchFilters(conversation_ids=("c1",)), {})
     hits = store.search_keyword("CAROLINE", expr, 10)
-    assert [h.chunk_id for h, _ in hits] == [chunk_id("c1", 0, 1, 1)]
+    assert [cid for cid, _ in hits] == [chunk_id("c1", 0, 1, 1)]
     zh = store.search_keyword("护照", expr, 10)
-    assert [h.text for h, _ in zh] == ["我的护照在抽屉里"]
+    assert [cid for cid, _ in zh] == [chunk_id("c1", 2, 3, 1)]
+    store.close()
+
+
+def test_keyword_search_stems_english_and_keeps_chinese_words(tmp_path: Path) -> None:
+    store = ChunkStore(str(tmp_path / "m.db"), "c", "m", DIM)
+    store.upsert(
+        [
+            record("c1", 0, "Melanie painted a sunrise last year"),
+            record("c1", 2, "她喜欢画画和旅行"),
+            record("c1", 4, "nothing to see"),
+        ]
+    )
+    for query in ("paintings", "PAINTING", "paints"):
+        assert [cid for cid, _ in store.search_keyword(query, "", 10)] == [chunk_id("c1", 0, 1, 1)]
+    assert [cid for cid, _ in store.search_keyword("旅行", "", 10)] == [chunk_id("c1", 2, 3, 1)]
+    store.close()
+
+
+def test_collection_of_an_older_schema_keeps_working_and_says_how_to_upgrade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memsvc.store as store_module
+
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 1)
+    monkeypatch.setattr(store_module, "KEYWORD_ANALYZER", {"tokenizer": "jieba"})
+    old = ChunkStore(str(tmp_path / "m.db"), "c", "m", DIM)
+    old.upsert([record("c1", 0, "Melanie painted a sunrise")])
+    old.close()
+    monkeypatch.undo()
+    with capture_logs() as logs:
+        store = ChunkStore(str(tmp_path / "m.db"), "c", "m", DIM)
+    assert store.schema_version == 1
+    warning = next(e for e in logs if e["event"] == "collection_schema_old")
+    assert "MEMSVC_COLLECTION" in warning["remedy"]
+    # Its own analyzer still answers: exact words match, stems do not.
+    assert len(store.search_keyword("painted", "", 10)) == 1
+    assert store.search_keyword("paints", "", 10) == []
     store.close()
 
 
@@ -111,7 +149,7 @@ def test_remote_milvus_uri(tmp_path: Path) -> None:
         store = ChunkStore(f"http://127.0.0.1:{port}", "c", "m", DIM)
         store.upsert([record("c1", 0, "hello remote")])
         assert store.count() == 1
-        assert store.search_keyword("remote", "", 5)[0][0].text == "hello remote"
+        assert store.search_keyword("remote", "", 5)[0][0] == chunk_id("c1", 0, 1, 1)
         store.close()
     finally:
         server.stop()
