@@ -10,9 +10,10 @@ from memsvc.types import SearchFilters, SearchRequest
 from tests.integration.test_async_grpc import kill_9_mid_indexing
 from tests.test_ingest import build_and_upsert, split_invariance
 
-# Default hybrid search, top_k 10 (benchmarks/RESULTS.md has 0.799): a floor that catches
-# a broken retrieval path, not a tuning target.
-RECALL_AT_10_FLOOR = 0.75
+# Default hybrid search, top_k 10 (benchmarks/RESULTS.md has 0.848; 0.799 before stemming
+# and score fusion): a floor that catches a broken or regressed retrieval path, not a
+# tuning target.
+RECALL_AT_10_FLOOR = 0.82
 
 
 def test_split_invariance_on_locomo(services: Services, locomo: list[Conversation]) -> None:
