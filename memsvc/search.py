@@ -176,16 +176,18 @@ class SearchService:
     def _top_unique(
         self, ranked: Sequence[Scored], top_k: int
     ) -> tuple[list[Scored], dict[str, StoredChunk]]:
-        """The first `top_k` candidates with distinct texts, and their records: read a
-        slice of top_k at a time (identical texts are rare, so usually one read). A chunk
+        """The first `top_k` candidates with distinct texts, and their records. Reads top_k
+        records, then slices twice as large each time: one read when texts differ (the
+        usual case), a few when many candidates share a text (say a greeting repeated in
+        every conversation of an unscoped search), never one read per duplicate. A chunk
         removed between the search and this read is skipped."""
         top: list[Scored] = []
         records: dict[str, StoredChunk] = {}
         seen: set[str] = set()
-        start = 0
+        start, size = 0, top_k
         while len(top) < top_k and start < len(ranked):
-            part = ranked[start : start + top_k]
-            start += len(part)
+            part = ranked[start : start + size]
+            start, size = start + len(part), size * 2
             records.update(self.store.get([cid for cid, _ in part]))
             for cid, score in part:
                 stored = records.get(cid)

@@ -112,3 +112,31 @@ def test_search_rejects_bad_requests(services: Services) -> None:
     with pytest.raises(InvalidArgument) as err:
         services.search.embed_batch([], False)
     assert err.value.field == "texts"
+
+
+def test_many_identical_texts_are_skipped_in_few_reads(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: an unscoped search over a store where the same chunk text sits in many
+    conversations read the records six at a time past every duplicate (one store read per
+    slice: ~1 s at 100,000 chunks). Slices now double."""
+    copies = 40
+    for i in range(copies):
+        built = services.ingest.build(conversation(f"same{i:02d}", EN_TURNS))
+        services.ingest.upsert(built.chunks)
+    texts = {c.record.text for c in services.store.query("")}
+    assert 1 < len(texts) < 6  # every candidate past the first few is a duplicate
+    reads: list[int] = []
+    real_get = services.store.get
+
+    def counting_get(chunk_ids: list[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
+        reads.append(len(chunk_ids))
+        return real_get(chunk_ids, with_vectors)
+
+    monkeypatch.setattr(services.store, "get", counting_get)
+    _, _, hits = services.search.search(SearchRequest("golden retriever hiking", 6))
+    assert sorted(h.text for h in hits) == sorted(texts)  # each text once
+    # All copies * texts candidates were read: in doubling slices (6, 12, 24, 48, ...),
+    # not one read per six candidates (which took 14 reads here).
+    assert sum(reads) >= copies * len(texts)
+    assert len(reads) <= (copies * len(texts) // 6).bit_length() + 1
