@@ -10,7 +10,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 from collections.abc import Sequence
 from pathlib import Path
 
-from memsvc.server import event_to_pb as to_pb
+from memsvc.grpc.convert import event_to_pb as to_pb
 from memsvc.types import MemoryEvent
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc

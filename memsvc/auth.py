@@ -5,7 +5,7 @@ kept, and a presented token is compared with every digest in constant time, so n
 file's order nor a prefix match leaks through timing. Tokens are never logged.
 
 The gRPC health service stays open (probes carry no token); reflection is the caller's
-choice (memsvc.server)."""
+choice (memsvc.grpc.server)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any, TypeAlias
 import grpc
 import structlog
 
-from memsvc.status import rich_status
+from memsvc.grpc.status import rich_status
 
 log = structlog.get_logger(__name__)
 

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(settings.log_format, settings.log_level)
     # tqdm reads this when imported: FlagEmbedding's progress bars stay off in a server.
     os.environ.setdefault("TQDM_DISABLE", "1")
-    from memsvc.server import serve
+    from memsvc.grpc.server import serve
 
     serve(settings)
 

@@ -16,7 +16,15 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
-from memsvc.errors import InvalidArgument, MemsvcError, ResourceExhausted, Unavailable
+from memsvc.errors import (
+    Cancelled,
+    FailedPrecondition,
+    InvalidArgument,
+    MemsvcError,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
 
 DOMAIN = "memsvc.v1"
 DETAILS_KEY = "grpc-status-details-bin"
@@ -81,3 +89,22 @@ def status_of(code: grpc.StatusCode, message: str, exc: BaseException) -> RichSt
     elif isinstance(exc, Unavailable):
         retry = 1.0
     return rich_status(code, message, reason=exc.reason, retry_after_s=retry)
+
+
+# Domain error -> status code; anything else is INTERNAL (logged, never shown to callers).
+CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
+    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (Cancelled, grpc.StatusCode.CANCELLED),
+]
+
+
+def code_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status code and message a caller sees for `exc`."""
+    for kind, code in CODES:
+        if isinstance(exc, kind):
+            return code, str(exc)
+    return grpc.StatusCode.INTERNAL, "internal error; see the server log"

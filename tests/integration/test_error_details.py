@@ -13,7 +13,7 @@ from grpc_status import rpc_status
 
 from memsvc.app import Services
 from memsvc.auth import TokenTable
-from memsvc.server import start_server
+from memsvc.grpc.server import start_server
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 
@@ -62,7 +62,7 @@ def test_other_errors_carry_a_stable_reason_and_retry_hints(
     assert details(err.value)["ErrorInfo"].reason == "NOT_FOUND"  # type: ignore[attr-defined]
 
     services.worker.set_paused(True)
-    from memsvc.server import event_to_pb
+    from memsvc.grpc.convert import event_to_pb
     from tests.conftest import turn
 
     stub.AppendEvents(pb.AppendEventsRequest(events=[event_to_pb(turn("w", 0, "hello"))]))

@@ -18,7 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from memsvc.app import Services, build_services
 from memsvc.embedder import Embedder
-from memsvc.server import RunningServer, event_to_pb, start_server
+from memsvc.grpc.convert import event_to_pb
+from memsvc.grpc.server import RunningServer, start_server
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.conftest import make_settings, turn

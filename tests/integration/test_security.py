@@ -21,8 +21,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from memsvc.app import Services
 from memsvc.auth import METHOD_ROLES, Role, TokenTable
+from memsvc.grpc.convert import event_to_pb
+from memsvc.grpc.server import RunningServer, start_server
 from memsvc.ids import chunk_id
-from memsvc.server import RunningServer, event_to_pb, start_server
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.conftest import turn
