@@ -68,13 +68,11 @@ def main() -> None:
             f"ingested {turns} turns: {chunks} chunk writes, {live} live chunks, {ingest_s:.1f} s"
         )
         rows = []
-        # mode -> group ("category 1", conversation id) -> [r5, r10, r20t, questions]
+        # mode -> group ("all", "category 1", conversation id) -> [r5, r10, r20t, questions]
         groups: dict[str, dict[str, list[float]]] = {}
         for mode_name in args.modes.split(","):
             by_group: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
             groups[mode_name] = by_group
-            r5 = r10 = rb = 0.0
-            n = 0
             per_hit: list[int] = []
             lat: list[float] = []
             for conv in convs:
@@ -99,10 +97,10 @@ def main() -> None:
                     q5 = len(evidence & top5) / len(evidence)
                     q10 = len(evidence & top10) / len(evidence)
                     qb = len(evidence & within_budget(spans, TURN_BUDGET)) / len(evidence)
-                    r5, r10, rb, n = r5 + q5, r10 + q10, rb + qb, n + 1
-                    for key in (f"category {q.category}", conv.conversation_id):
+                    for key in ("all", f"category {q.category}", conv.conversation_id):
                         g = by_group[key]
                         g[0], g[1], g[2], g[3] = g[0] + q5, g[1] + q10, g[2] + qb, g[3] + 1
+            r5, r10, rb, n = by_group["all"]
             rows.append(
                 (
                     mode_name,
@@ -112,7 +110,7 @@ def main() -> None:
                     sum(per_hit) / max(1, len(per_hit)),
                     percentile(lat, 50),
                     percentile(lat, 99),
-                    n,
+                    int(n),
                 )
             )
     head = f"LoCoMo recall, {args.eval.name}, {date.today()}, {machine()}"

@@ -199,7 +199,7 @@ class ChunkStore:
         # Read-modify-write of rows (logical delete) must not interleave with upserts.
         self.write_lock = threading.RLock()
         self._up = threading.Event()
-        self.schema_version = SCHEMA_VERSION  # of the collection opened; set by _ensure_
+        self.schema_version = SCHEMA_VERSION  # of the collection opened (_ensure_collection)
         self._ensure_collection()
         self._up.set()
 
