@@ -54,6 +54,10 @@ class ModelBackend(Protocol):
 
     def encode(self, batch: Batch) -> np.ndarray: ...
 
+    def for_queries(self) -> ModelBackend:
+        """The backend for query embeddings: this one, or a runtime of its own."""
+        ...
+
 
 class TorchBackend:
     name: BackendName = "torch"
@@ -78,11 +82,14 @@ class TorchBackend:
         except Exception as exc:
             raise EmbedderError(f"embedding failed: {exc}") from exc
 
+    def for_queries(self) -> TorchBackend:
+        return self
+
 
 class OnnxBackend:
     name: BackendName = "onnx"
 
-    def __init__(self, path: Path, threads: int) -> None:
+    def __init__(self, path: Path, threads: int, spin: bool = True) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -90,7 +97,12 @@ class OnnxBackend:
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.log_severity_level = 3  # errors only
+        # Idle intra-op threads spin, waiting for more work: right for back-to-back passage
+        # batches, wrong for one query, whose spinning threads take the cores from the
+        # Milvus searches that run beside and after it (benchmarks/RESULTS.md, Speed v3).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         self.path = path
+        self.threads = threads
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._inputs = [i.name for i in self._session.get_inputs()]
 
@@ -101,6 +113,11 @@ class OnnxBackend:
             return np.asarray(out, dtype=np.float32)
         except Exception as exc:
             raise EmbedderError(f"embedding failed: {exc}") from exc
+
+    def for_queries(self) -> OnnxBackend:
+        """A second session on the same export, not spinning: a query neither waits behind
+        an upsert's passage batches nor keeps the cores busy after its forward pass."""
+        return OnnxBackend(self.path, self.threads, spin=False)
 
 
 def _pool_torch(torch: Any, hidden: Any, mask: Any, pooling: str) -> Any:

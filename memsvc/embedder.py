@@ -119,10 +119,16 @@ class Embedder:
 
     def __init__(self, tokenizer: Any, backend: ModelBackend, info: ModelInfo, batch_size: int):
         self._tokenizer = tokenizer
-        self.backend = backend
         self.info = info
         self.batch_size = batch_size
         self._lock = threading.Lock()
+        self._query_lock = threading.Lock()
+        self.use_backend(backend)
+
+    def use_backend(self, backend: ModelBackend) -> None:
+        """Run on `backend` from now on (start-up; tests swap in a failing one)."""
+        self.backend = backend
+        self.query_backend = backend.for_queries()
 
     @property
     def name(self) -> str:
@@ -172,10 +178,13 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         instruction = self.info.query_instruction or ""
-        with self._lock:
+        # A runtime of their own (ONNX) lets queries run while passages are embedded.
+        own = self.query_backend is not self.backend
+        with self._query_lock if own else self._lock:
             started = time.perf_counter()
             prompted = [instruction + t for t in texts]
-            vectors = self.backend.encode(tokenize(self._tokenizer, prompted, self.info.max_tokens))
+            batch = tokenize(self._tokenizer, prompted, self.info.max_tokens)
+            vectors = self.query_backend.encode(batch)
             metrics.EMBED_DURATION.labels("query").observe(time.perf_counter() - started)
         metrics.EMBEDDED_TEXTS.labels("query").inc(len(texts))
         return vectors

@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from memsvc.backends import Batch, ModelBackend
 from memsvc.embedder import (
     BUNDLED_MODEL_NAME,
     Embedder,
@@ -92,8 +95,6 @@ def test_cache_skips_the_model(tmp_path: Path, embedder: Embedder) -> None:
 
 
 def test_query_batcher_matches_direct_encoding(embedder: Embedder) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
     from memsvc.embedder import QueryBatcher
 
     batcher = QueryBatcher(embedder)
@@ -117,8 +118,47 @@ PARITY_TEXTS = [
 
 
 def test_session_embedder_runs_on_onnx(embedder: Embedder) -> None:
-    # auto picks ONNX Runtime when its export reproduces torch: the default everywhere
-    assert embedder.backend.name == "onnx"
+    # auto picks ONNX Runtime when its export reproduces torch: the default everywhere;
+    # queries run on a session of their own
+    assert embedder.backend.name == "onnx" and embedder.query_backend.name == "onnx"
+    assert embedder.query_backend is not embedder.backend
+
+
+class _HeldBackend:
+    """Passage batches wait until released; queries go to the real query session."""
+
+    def __init__(self, real: ModelBackend) -> None:
+        self.name = real.name
+        self._real = real
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def encode(self, batch: Batch) -> np.ndarray:
+        self.entered.set()
+        self.release.wait(60)
+        return self._real.encode(batch)
+
+    def for_queries(self) -> ModelBackend:
+        return self._real.for_queries()
+
+
+def test_queries_do_not_wait_behind_passage_batches(embedder: Embedder) -> None:
+    # A search during a large upsert used to queue on the model lock for the whole upsert.
+    real = embedder.backend
+    held = _HeldBackend(real)
+    embedder.use_backend(held)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            passages = pool.submit(embedder.encode_passages, ["a long upsert"] * 4)
+            assert held.entered.wait(60)
+            query = embedder.encode_queries(["where is my passport?"])  # not blocked
+            assert not passages.done()
+            held.release.set()
+            assert passages.result(60).shape == (4, 384)
+    finally:
+        held.release.set()
+        embedder.use_backend(real)
+    assert query.shape == (1, 384)
 
 
 def test_onnx_backend_matches_torch(tmp_path: Path, embedder: Embedder) -> None:

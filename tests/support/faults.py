@@ -22,13 +22,16 @@ class FailingBackend:
     def encode(self, batch: Batch) -> np.ndarray:
         raise EmbedderError(f"embedding failed: {self.cause}")
 
+    def for_queries(self) -> FailingBackend:
+        return self
+
 
 @contextmanager
 def failing_model(embedder: Embedder, cause: str) -> Iterator[None]:
     """The model fails until the block ends."""
     healthy = embedder.backend
-    embedder.backend = FailingBackend(cause, healthy.name)
+    embedder.use_backend(FailingBackend(cause, healthy.name))
     try:
         yield
     finally:
-        embedder.backend = healthy
+        embedder.use_backend(healthy)
