@@ -13,7 +13,7 @@ With MMR the selection changes, the scores do not: hits stay sorted by score.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,7 +26,7 @@ from memsvc.errors import Cancelled, InvalidArgument
 from memsvc.eventlog import EventLog
 from memsvc.filters import build_filter_expr
 from memsvc.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K
-from memsvc.store import ChunkStore, Scored, StoredChunk
+from memsvc.store import Candidate, ChunkStore, Scored, StoredChunk
 from memsvc.types import Hit, SearchMode, SearchRequest
 
 DEFAULT_TOP_K = 6
@@ -34,7 +34,7 @@ RRF_K = 60
 # Candidates per list in hybrid mode. A chunk missing from one list gets nothing from it,
 # so the pool should hold most of a conversation's chunks: on LoCoMo dev (~270 chunks a
 # conversation) recall within 20 turns was 0.745 / 0.774 / 0.791 with 40 / 100 / 300.
-# Candidates are ids and scores only: ~1 ms more per search than 40.
+# Candidates carry id, score and text: ~1 ms more per search than 40.
 HYBRID_POOL = 300
 # Candidates MMR chooses from (their vectors are read).
 MMR_POOL = 40
@@ -147,10 +147,13 @@ class SearchService:
         pool = min(pool, 16_384)
 
         ranked: list[Scored]
+        candidates: list[Candidate]
         if mode is SearchMode.DENSE:
-            ranked = self.store.search_dense(self.queries.encode(req.query_text), expr, pool)
+            candidates = self.store.search_dense(self.queries.encode(req.query_text), expr, pool)
+            ranked = [(c.chunk_id, c.score) for c in candidates]
         elif mode is SearchMode.KEYWORD:
-            ranked = self.store.search_keyword(req.query_text, expr, pool)
+            candidates = self.store.search_keyword(req.query_text, expr, pool)
+            ranked = [(c.chunk_id, c.score) for c in candidates]
         else:
             # BM25 needs no vector: run it while the query is being embedded.
             keyword_future = self._pool.submit(
@@ -159,37 +162,40 @@ class SearchService:
             dense = self.store.search_dense(self.queries.encode(req.query_text), expr, pool)
             keyword = keyword_future.result()
             fuse = score_fuse if self.tuning.fusion is Fusion.SCORE else rrf_fuse
-            ranked = fuse([dense, keyword], [self.tuning.dense_weight, self.tuning.keyword_weight])
-        if req.mmr_lambda and len(ranked) > top_k:
-            head = ranked[: max(MMR_POOL, top_k * 4)]
+            ranked = fuse(
+                [[(c.chunk_id, c.score) for c in found] for found in (dense, keyword)],
+                [self.tuning.dense_weight, self.tuning.keyword_weight],
+            )
+            candidates = dense + keyword
+        unique = dedup_text(ranked, {c.chunk_id: c.text for c in candidates})
+        if req.mmr_lambda and len(unique) > top_k:
+            head = unique[: max(MMR_POOL, top_k * 4)]
             records = self.store.get([cid for cid, _ in head], with_vectors=True)
-            picked = mmr_select(dedup_text(head, records), records, top_k, req.mmr_lambda)
+            picked = mmr_select(head, records, top_k, req.mmr_lambda)
             top = sorted(picked, key=lambda x: -x[1])
         else:
-            top, records = self._top_unique(ranked, top_k)
+            top, records = self._read_top(unique, top_k)
         hits = [
             Hit(cid, score, records[cid].record.text, records[cid].record.metadata)
             for cid, score in top
         ]
         return mode, top_k, hits
 
-    def _top_unique(
-        self, ranked: Sequence[Scored], top_k: int
+    def _read_top(
+        self, unique: Sequence[Scored], top_k: int
     ) -> tuple[list[Scored], dict[str, StoredChunk]]:
-        """The first `top_k` candidates with distinct texts, and their records. Reads top_k
-        records, then slices twice as large each time: one read when texts differ (the
-        usual case), a few when many candidates share a text (say a greeting repeated in
-        every conversation of an unscoped search), never one read per duplicate. A chunk
-        removed between the search and this read is skipped."""
+        """The first `top_k` candidates and their records: one read, unless a chunk was
+        removed between the search and the read (it is skipped; the next ones are read)."""
         top: list[Scored] = []
         records: dict[str, StoredChunk] = {}
-        start, size = 0, top_k
-        while len(top) < top_k and start < len(ranked):
-            part = ranked[start : start + size]
-            start, size = start + len(part), size * 2
-            records.update(self.store.get([cid for cid, _ in part]))
-            top = dedup_text(ranked[:start], records)
-        return top[:top_k], records
+        start = 0
+        while len(top) < top_k and start < len(unique):
+            part = unique[start : start + top_k - len(top)]
+            start += len(part)
+            found = self.store.get([cid for cid, _ in part])
+            records.update(found)
+            top += [(cid, score) for cid, score in part if cid in found]
+        return top, records
 
 
 def _check_query(text: str, field: str) -> None:
@@ -227,15 +233,13 @@ def rrf_fuse(lists: Sequence[Sequence[Scored]], weights: Sequence[float]) -> lis
     return [(cid, scores[cid] / norm) for cid in order]
 
 
-def dedup_text(ranked: Sequence[Scored], records: dict[str, StoredChunk]) -> list[Scored]:
-    """Keep the best-ranked of hits whose text is identical; drop ids without a record
-    (removed since the search)."""
+def dedup_text(ranked: Sequence[Scored], texts: Mapping[str, str]) -> list[Scored]:
+    """Keep the best-ranked of candidates whose text is identical."""
     seen: set[str] = set()
     out = []
     for cid, score in ranked:
-        stored = records.get(cid)
-        if stored is not None and stored.record.text not in seen:
-            seen.add(stored.record.text)
+        if texts[cid] not in seen:
+            seen.add(texts[cid])
             out.append((cid, score))
     return out
 

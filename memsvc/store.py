@@ -14,7 +14,7 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import structlog
@@ -64,10 +64,19 @@ _SCALAR_FIELDS = [
 ]
 
 
-# A search candidate: chunk id and score. Searches read nothing else; the records of the
-# few returned are read afterwards (reading the text or every scalar field of hundreds of
-# candidates was most of a search's time).
+# A ranked chunk id and its score (fusion works on these).
 Scored = tuple[str, float]
+
+
+class Candidate(NamedTuple):
+    """A search candidate: id, score and text. The text lets identical texts be dropped
+    without a read (a read by id costs more than a search at 100,000 rows); every other
+    field is read afterwards for the few returned (reading every scalar field of hundreds
+    of candidates was most of a search's time)."""
+
+    chunk_id: str
+    score: float
+    text: str
 
 
 @dataclass(frozen=True)
@@ -127,6 +136,16 @@ def _to_row(chunk: StoredChunk) -> dict[str, Any]:
         "part_count": m.part_count,
         "vector": np.asarray(chunk.vector, dtype=np.float32).tolist(),
     }
+
+
+_CANDIDATE_FIELDS = ["chunk_id", "text"]
+
+
+def _candidates(hits: Sequence[Any]) -> list[Candidate]:
+    return [
+        Candidate(str(h["entity"]["chunk_id"]), float(h["distance"]), str(h["entity"]["text"]))
+        for h in hits
+    ]
 
 
 def _from_row(row: dict[str, Any]) -> StoredChunk:
@@ -409,20 +428,20 @@ class ChunkStore:
         return int(rows[0]["count(*)"])
 
     @_store_call
-    def search_dense(self, vector: np.ndarray, expr: str, limit: int) -> list[Scored]:
+    def search_dense(self, vector: np.ndarray, expr: str, limit: int) -> list[Candidate]:
         result = self._client.search(
             self.collection,
             data=[np.asarray(vector, dtype=np.float32).tolist()],
             anns_field="vector",
             limit=limit,
             filter=expr,
-            output_fields=["chunk_id"],
+            output_fields=_CANDIDATE_FIELDS,
             search_params={"metric_type": "IP"},
         )
-        return [(str(h["entity"]["chunk_id"]), float(h["distance"])) for h in result[0]]
+        return _candidates(result[0])
 
     @_store_call
-    def search_keyword(self, text: str, expr: str, limit: int) -> list[Scored]:
+    def search_keyword(self, text: str, expr: str, limit: int) -> list[Candidate]:
         from pymilvus.exceptions import MilvusException
 
         try:
@@ -432,7 +451,7 @@ class ChunkStore:
                 anns_field="sparse",
                 limit=limit,
                 filter=expr,
-                output_fields=["chunk_id"],
+                output_fields=_CANDIDATE_FIELDS,
                 search_params={"metric_type": "BM25"},
             )
         except MilvusException as exc:
@@ -441,7 +460,7 @@ class ChunkStore:
             if "NaN or Inf" in str(exc):
                 return []
             raise
-        return [(str(h["entity"]["chunk_id"]), float(h["distance"])) for h in result[0]]
+        return _candidates(result[0])
 
     # -- writes ---------------------------------------------------------------------------
     @_store_call

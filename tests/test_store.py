@@ -47,7 +47,8 @@ def test_injection_never_widens_a_filter(tmp_path: Path, evil: str) -> None:
     found = store.query(expr)
     assert [c.record.metadata.conversation_id for c in found] == [evil]
     hits = store.search_dense(np.ones(DIM, dtype=np.float32), expr, 10)
-    assert [cid for cid, _ in hits] == [found[0].record.chunk_id]
+    assert [c.chunk_id for c in hits] == [found[0].record.chunk_id]
+    assert [c.text for c in hits] == [found[0].record.text]  # candidates carry their text
     store.close()
 
 
@@ -80,9 +81,9 @@ def test_keyword_search_is_case_insensitive_and_filtered(tmp_path: Path) -> None
     )
     expr = build_filter_expr(SearchFilters(conversation_ids=("c1",)), {})
     hits = store.search_keyword("CAROLINE", expr, 10)
-    assert [cid for cid, _ in hits] == [chunk_id("c1", 0, 1, 1)]
+    assert [c.chunk_id for c in hits] == [chunk_id("c1", 0, 1, 1)]
     zh = store.search_keyword("护照", expr, 10)
-    assert [cid for cid, _ in zh] == [chunk_id("c1", 2, 3, 1)]
+    assert [c.chunk_id for c in zh] == [chunk_id("c1", 2, 3, 1)]
     store.close()
 
 
@@ -96,8 +97,9 @@ def test_keyword_search_stems_english_and_keeps_chinese_words(tmp_path: Path) ->
         ]
     )
     for query in ("paintings", "PAINTING", "paints"):
-        assert [cid for cid, _ in store.search_keyword(query, "", 10)] == [chunk_id("c1", 0, 1, 1)]
-    assert [cid for cid, _ in store.search_keyword("旅行", "", 10)] == [chunk_id("c1", 2, 3, 1)]
+        found = store.search_keyword(query, "", 10)
+        assert [c.chunk_id for c in found] == [chunk_id("c1", 0, 1, 1)]
+    assert [c.chunk_id for c in store.search_keyword("旅行", "", 10)] == [chunk_id("c1", 2, 3, 1)]
     store.close()
 
 
