@@ -148,11 +148,15 @@ class SearchService:
 
         ranked: list[Scored]
         candidates: list[Candidate]
+        # A single list without MMR has few candidates: read their whole records in the
+        # search itself, not in a second round trip after it.
+        whole = not req.mmr_lambda
         if mode is SearchMode.DENSE:
-            candidates = self.store.search_dense(self.queries.encode(req.query_text), expr, pool)
+            vector = self.queries.encode(req.query_text)
+            candidates = self.store.search_dense(vector, expr, pool, whole)
             ranked = [(c.chunk_id, c.score) for c in candidates]
         elif mode is SearchMode.KEYWORD:
-            candidates = self.store.search_keyword(req.query_text, expr, pool)
+            candidates = self.store.search_keyword(req.query_text, expr, pool, whole)
             ranked = [(c.chunk_id, c.score) for c in candidates]
         else:
             # BM25 needs no vector: run it while the query is being embedded.
@@ -174,7 +178,8 @@ class SearchService:
             picked = mmr_select(head, records, top_k, req.mmr_lambda)
             top = sorted(picked, key=lambda x: -x[1])
         else:
-            top, records = self._read_top(unique, top_k)
+            known = {c.chunk_id: c.stored for c in candidates if c.stored is not None}
+            top, records = self._read_top(unique, top_k, known)
         hits = [
             Hit(cid, score, records[cid].record.text, records[cid].record.metadata)
             for cid, score in top
@@ -182,17 +187,20 @@ class SearchService:
         return mode, top_k, hits
 
     def _read_top(
-        self, unique: Sequence[Scored], top_k: int
+        self, unique: Sequence[Scored], top_k: int, known: Mapping[str, StoredChunk]
     ) -> tuple[list[Scored], dict[str, StoredChunk]]:
-        """The first `top_k` candidates and their records: one read, unless a chunk was
-        removed between the search and the read (it is skipped; the next ones are read)."""
+        """The first `top_k` candidates and their records: those the search returned whole
+        are `known`, the others are read in one read, unless a chunk was removed between
+        the search and the read (it is skipped; the next ones are read)."""
         top: list[Scored] = []
         records: dict[str, StoredChunk] = {}
         start = 0
         while len(top) < top_k and start < len(unique):
             part = unique[start : start + top_k - len(top)]
             start += len(part)
-            found = self.store.get([cid for cid, _ in part])
+            missing = [cid for cid, _ in part if cid not in known]
+            found = self.store.get(missing) if missing else {}
+            found.update({cid: known[cid] for cid, _ in part if cid in known})
             records.update(found)
             top += [(cid, score) for cid, score in part if cid in found]
         return top, records

@@ -68,17 +68,6 @@ _SCALAR_FIELDS = [
 Scored = tuple[str, float]
 
 
-class Candidate(NamedTuple):
-    """A search candidate: id, score and text. The text lets identical texts be dropped
-    without a read (a read by id costs more than a search at 100,000 rows); every other
-    field is read afterwards for the few returned (reading every scalar field of hundreds
-    of candidates was most of a search's time)."""
-
-    chunk_id: str
-    score: float
-    text: str
-
-
 @dataclass(frozen=True)
 class StoredChunk:
     record: ChunkRecord
@@ -138,12 +127,30 @@ def _to_row(chunk: StoredChunk) -> dict[str, Any]:
     }
 
 
+class Candidate(NamedTuple):
+    """A search candidate: id, score and text. The text lets identical texts be dropped
+    without a read (a read by id costs more than a search at 100,000 rows). A search with
+    few candidates reads their whole records (`stored`); one with hundreds reads id and
+    text only (every scalar field of hundreds was most of a search's time), and the
+    records of the few returned are read afterwards."""
+
+    chunk_id: str
+    score: float
+    text: str
+    stored: StoredChunk | None = None
+
+
 _CANDIDATE_FIELDS = ["chunk_id", "text"]
 
 
-def _candidates(hits: Sequence[Any]) -> list[Candidate]:
+def _candidates(hits: Sequence[Any], whole: bool) -> list[Candidate]:
     return [
-        Candidate(str(h["entity"]["chunk_id"]), float(h["distance"]), str(h["entity"]["text"]))
+        Candidate(
+            str(h["entity"]["chunk_id"]),
+            float(h["distance"]),
+            str(h["entity"]["text"]),
+            _from_row(h["entity"]) if whole else None,
+        )
         for h in hits
     ]
 
@@ -428,20 +435,24 @@ class ChunkStore:
         return int(rows[0]["count(*)"])
 
     @_store_call
-    def search_dense(self, vector: np.ndarray, expr: str, limit: int) -> list[Candidate]:
+    def search_dense(
+        self, vector: np.ndarray, expr: str, limit: int, whole: bool = False
+    ) -> list[Candidate]:
         result = self._client.search(
             self.collection,
             data=[np.asarray(vector, dtype=np.float32).tolist()],
             anns_field="vector",
             limit=limit,
             filter=expr,
-            output_fields=_CANDIDATE_FIELDS,
+            output_fields=_SCALAR_FIELDS if whole else _CANDIDATE_FIELDS,
             search_params={"metric_type": "IP"},
         )
-        return _candidates(result[0])
+        return _candidates(result[0], whole)
 
     @_store_call
-    def search_keyword(self, text: str, expr: str, limit: int) -> list[Candidate]:
+    def search_keyword(
+        self, text: str, expr: str, limit: int, whole: bool = False
+    ) -> list[Candidate]:
         from pymilvus.exceptions import MilvusException
 
         try:
@@ -451,7 +462,7 @@ class ChunkStore:
                 anns_field="sparse",
                 limit=limit,
                 filter=expr,
-                output_fields=_CANDIDATE_FIELDS,
+                output_fields=_SCALAR_FIELDS if whole else _CANDIDATE_FIELDS,
                 search_params={"metric_type": "BM25"},
             )
         except MilvusException as exc:
@@ -460,7 +471,7 @@ class ChunkStore:
             if "NaN or Inf" in str(exc):
                 return []
             raise
-        return _candidates(result[0])
+        return _candidates(result[0], whole)
 
     # -- writes ---------------------------------------------------------------------------
     @_store_call
