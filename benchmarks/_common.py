@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import platform
+import shutil
+import tempfile
 
 # Before anything imports tqdm: no progress bars from FlagEmbedding in benchmark output.
 os.environ.setdefault("TQDM_DISABLE", "1")
@@ -46,3 +49,11 @@ def percentile(values: Sequence[float], q: float) -> float:
         return float("nan")
     k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
     return ordered[k]
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A temporary directory removed when the benchmark exits (a bench-perf run writes
+    ~900 MB: a 100,000-chunk store and three servers' data)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path

@@ -14,9 +14,11 @@ Standalone on purpose: it imports nothing of memsvc.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -67,9 +69,11 @@ def main() -> None:
         model_kwargs={"device": "cpu"},
         encode_kwargs={"normalize_embeddings": True},
     )
+    scratch = Path(tempfile.mkdtemp(prefix="peer-"))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     store = Milvus(
         embedding_function=embeddings,
-        connection_args={"uri": str(Path(tempfile.mkdtemp(prefix="peer-")) / "milvus.db")},
+        connection_args={"uri": str(scratch / "milvus.db")},
         collection_name="peer",
         auto_id=True,
     )

@@ -22,7 +22,6 @@ import json
 import multiprocessing as mp
 import statistics
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import DEFAULT_EVAL, ROOT, machine, percentile, to_pb
+from _common import DEFAULT_EVAL, ROOT, machine, percentile, scratch_dir, to_pb
 
 from evals.locomo import load_locomo
 from memsvc.config import Settings
@@ -177,7 +176,7 @@ def main() -> None:
     convs = load_locomo(args.eval)[: args.conversations]
     questions = [q.question for c in load_locomo(args.eval) for q in c.questions][:500]
     report: list[tuple[str, str, str, str]] = []
-    tmp_root = Path(tempfile.mkdtemp(prefix="memsvc-perf-"))
+    tmp_root = scratch_dir("memsvc-perf-")
 
     # 1a. Build + Upsert
     with running_server(tmp_root / "sync") as (stub, _pid):

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from benchmarks._common import machine, percentile
+from benchmarks._common import machine, percentile, scratch_dir
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.support.launch import free_port, start_child, wait_serving
@@ -51,7 +49,7 @@ def row(name: str, ms: list[float]) -> str:
 
 def main() -> None:
     argparse.ArgumentParser(description=__doc__).parse_args()
-    data = Path(tempfile.mkdtemp()) / "data"
+    data = scratch_dir("memsvc-resilience-") / "data"
     port = free_port()
     proc = start_child(data, port, "--max-turn-chars", "1024000")
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
