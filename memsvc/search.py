@@ -34,7 +34,7 @@ RRF_K = 60
 # Candidates per list in hybrid mode. A chunk missing from one list gets nothing from it,
 # so the pool should hold most of a conversation's chunks: on LoCoMo dev (~270 chunks a
 # conversation) recall within 20 turns was 0.745 / 0.774 / 0.791 with 40 / 100 / 300.
-# Candidates carry id, score and text: ~1 ms more per search than 40.
+# Candidates are ids and scores only: ~1 ms more per search than 40.
 HYBRID_POOL = 300
 # Candidates MMR chooses from (their vectors are read).
 MMR_POOL = 40
@@ -171,39 +171,40 @@ class SearchService:
                 [self.tuning.dense_weight, self.tuning.keyword_weight],
             )
             candidates = dense + keyword
-        unique = dedup_text(ranked, {c.chunk_id: c.text for c in candidates})
-        if req.mmr_lambda and len(unique) > top_k:
-            head = unique[: max(MMR_POOL, top_k * 4)]
+        if req.mmr_lambda and len(ranked) > top_k:
+            head = ranked[: max(MMR_POOL, top_k * 4)]
             records = self.store.get([cid for cid, _ in head], with_vectors=True)
-            picked = mmr_select(head, records, top_k, req.mmr_lambda)
+            picked = mmr_select(dedup_text(head, records), records, top_k, req.mmr_lambda)
             top = sorted(picked, key=lambda x: -x[1])
         else:
             known = {c.chunk_id: c.stored for c in candidates if c.stored is not None}
-            top, records = self._read_top(unique, top_k, known)
+            top, records = self._top_unique(ranked, top_k, known)
         hits = [
             Hit(cid, score, records[cid].record.text, records[cid].record.metadata)
             for cid, score in top
         ]
         return mode, top_k, hits
 
-    def _read_top(
-        self, unique: Sequence[Scored], top_k: int, known: Mapping[str, StoredChunk]
+    def _top_unique(
+        self, ranked: Sequence[Scored], top_k: int, known: Mapping[str, StoredChunk]
     ) -> tuple[list[Scored], dict[str, StoredChunk]]:
-        """The first `top_k` candidates and their records: those the search returned whole
-        are `known`, the others are read in one read, unless a chunk was removed between
-        the search and the read (it is skipped; the next ones are read)."""
+        """The first `top_k` candidates with distinct texts, and their records. Records
+        the search returned whole are `known`; the others are read top_k at first, then
+        in slices twice as large each time: one read when texts differ (the usual case), a
+        few when many candidates share a text (say a greeting repeated in every
+        conversation of an unscoped search), never one read per duplicate. A chunk removed
+        between the search and the read is skipped."""
         top: list[Scored] = []
-        records: dict[str, StoredChunk] = {}
-        start = 0
-        while len(top) < top_k and start < len(unique):
-            part = unique[start : start + top_k - len(top)]
-            start += len(part)
-            missing = [cid for cid, _ in part if cid not in known]
-            found = self.store.get(missing) if missing else {}
-            found.update({cid: known[cid] for cid, _ in part if cid in known})
-            records.update(found)
-            top += [(cid, score) for cid, score in part if cid in found]
-        return top, records
+        records: dict[str, StoredChunk] = dict(known)
+        start, size = 0, top_k
+        while len(top) < top_k and start < len(ranked):
+            part = ranked[start : start + size]
+            start, size = start + len(part), size * 2
+            missing = [cid for cid, _ in part if cid not in records]
+            if missing:
+                records.update(self.store.get(missing))
+            top = dedup_text(ranked[:start], records)
+        return top[:top_k], records
 
 
 def _check_query(text: str, field: str) -> None:
@@ -241,13 +242,15 @@ def rrf_fuse(lists: Sequence[Sequence[Scored]], weights: Sequence[float]) -> lis
     return [(cid, scores[cid] / norm) for cid in order]
 
 
-def dedup_text(ranked: Sequence[Scored], texts: Mapping[str, str]) -> list[Scored]:
-    """Keep the best-ranked of candidates whose text is identical."""
+def dedup_text(ranked: Sequence[Scored], records: Mapping[str, StoredChunk]) -> list[Scored]:
+    """Keep the best-ranked of hits whose text is identical; drop ids without a record
+    (removed since the search)."""
     seen: set[str] = set()
     out = []
     for cid, score in ranked:
-        if texts[cid] not in seen:
-            seen.add(texts[cid])
+        stored = records.get(cid)
+        if stored is not None and stored.record.text not in seen:
+            seen.add(stored.record.text)
             out.append((cid, score))
     return out
 

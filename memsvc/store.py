@@ -128,19 +128,15 @@ def _to_row(chunk: StoredChunk) -> dict[str, Any]:
 
 
 class Candidate(NamedTuple):
-    """A search candidate: id, score and text. The text lets identical texts be dropped
-    without a read (a read by id costs more than a search at 100,000 rows). A search with
-    few candidates reads their whole records (`stored`); one with hundreds reads id and
-    text only (every scalar field of hundreds was most of a search's time), and the
-    records of the few returned are read afterwards."""
+    """A search candidate: id and score, and its whole record when the search read it.
+    A search with hundreds of candidates (hybrid) reads ids only: their texts would cost
+    ~3 ms more per list on one conversation of 205 chunks (benchmarks/RESULTS.md, Speed
+    v3), and the records of the few returned are read afterwards. One with few (dense or
+    keyword alone) reads whole records, which saves that second round trip."""
 
     chunk_id: str
     score: float
-    text: str
     stored: StoredChunk | None = None
-
-
-_CANDIDATE_FIELDS = ["chunk_id", "text"]
 
 
 def _candidates(hits: Sequence[Any], whole: bool) -> list[Candidate]:
@@ -148,7 +144,6 @@ def _candidates(hits: Sequence[Any], whole: bool) -> list[Candidate]:
         Candidate(
             str(h["entity"]["chunk_id"]),
             float(h["distance"]),
-            str(h["entity"]["text"]),
             _from_row(h["entity"]) if whole else None,
         )
         for h in hits
@@ -444,7 +439,7 @@ class ChunkStore:
             anns_field="vector",
             limit=limit,
             filter=expr,
-            output_fields=_SCALAR_FIELDS if whole else _CANDIDATE_FIELDS,
+            output_fields=_SCALAR_FIELDS if whole else ["chunk_id"],
             search_params={"metric_type": "IP"},
         )
         return _candidates(result[0], whole)
@@ -462,7 +457,7 @@ class ChunkStore:
                 anns_field="sparse",
                 limit=limit,
                 filter=expr,
-                output_fields=_SCALAR_FIELDS if whole else _CANDIDATE_FIELDS,
+                output_fields=_SCALAR_FIELDS if whole else ["chunk_id"],
                 search_params={"metric_type": "BM25"},
             )
         except MilvusException as exc:

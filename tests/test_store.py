@@ -47,8 +47,9 @@ def test_injection_never_widens_a_filter(tmp_path: Path, evil: str) -> None:
     found = store.query(expr)
     assert [c.record.metadata.conversation_id for c in found] == [evil]
     hits = store.search_dense(np.ones(DIM, dtype=np.float32), expr, 10)
-    assert [c.chunk_id for c in hits] == [found[0].record.chunk_id]
-    assert [c.text for c in hits] == [found[0].record.text]  # candidates carry their text
+    assert [c.chunk_id for c in hits] == [found[0].record.chunk_id] and hits[0].stored is None
+    whole = store.search_dense(np.ones(DIM, dtype=np.float32), expr, 10, whole=True)
+    assert [c.stored.record if c.stored else None for c in whole] == [found[0].record]
     store.close()
 
 
