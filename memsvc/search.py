@@ -146,19 +146,8 @@ class SearchService:
             pool = top_k * 2  # room for identical texts
         pool = min(pool, 16_384)
 
-        ranked: list[Scored]
         candidates: list[Candidate]
-        # A single list without MMR has few candidates: read their whole records in the
-        # search itself, not in a second round trip after it.
-        whole = not req.mmr_lambda
-        if mode is SearchMode.DENSE:
-            vector = self.queries.encode(req.query_text)
-            candidates = self.store.search_dense(vector, expr, pool, whole)
-            ranked = [(c.chunk_id, c.score) for c in candidates]
-        elif mode is SearchMode.KEYWORD:
-            candidates = self.store.search_keyword(req.query_text, expr, pool, whole)
-            ranked = [(c.chunk_id, c.score) for c in candidates]
-        else:
+        if mode is SearchMode.HYBRID:
             # BM25 needs no vector: run it while the query is being embedded.
             keyword_future = self._pool.submit(
                 self.store.search_keyword, req.query_text, expr, pool
@@ -167,10 +156,20 @@ class SearchService:
             keyword = keyword_future.result()
             fuse = score_fuse if self.tuning.fusion is Fusion.SCORE else rrf_fuse
             ranked = fuse(
-                [[(c.chunk_id, c.score) for c in found] for found in (dense, keyword)],
+                [_scored(dense), _scored(keyword)],
                 [self.tuning.dense_weight, self.tuning.keyword_weight],
             )
             candidates = dense + keyword
+        else:
+            # A single list without MMR has few candidates: read their whole records in
+            # the search itself, not in a second round trip after it.
+            whole = not req.mmr_lambda
+            if mode is SearchMode.DENSE:
+                vector = self.queries.encode(req.query_text)
+                candidates = self.store.search_dense(vector, expr, pool, whole)
+            else:
+                candidates = self.store.search_keyword(req.query_text, expr, pool, whole)
+            ranked = _scored(candidates)
         if req.mmr_lambda and len(ranked) > top_k:
             head = ranked[: max(MMR_POOL, top_k * 4)]
             records = self.store.get([cid for cid, _ in head], with_vectors=True)
@@ -205,6 +204,10 @@ class SearchService:
                 records.update(self.store.get(missing))
             top = dedup_text(ranked[:start], records)
         return top[:top_k], records
+
+
+def _scored(candidates: Sequence[Candidate]) -> list[Scored]:
+    return [(c.chunk_id, c.score) for c in candidates]
 
 
 def _check_query(text: str, field: str) -> None:
