@@ -43,6 +43,7 @@ lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check memsvc tests evals benchmarks
 	$(VENV)/bin/ruff format --check memsvc tests evals benchmarks
 	$(VENV)/bin/mypy memsvc
+	$(VENV)/bin/lint-imports
 
 # Regenerate memsvc/v1 from proto/ (generated code is checked in; tests/test_proto.py
 # fails if it drifts from the .proto).

@@ -13,8 +13,8 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 from collections.abc import Sequence
 from pathlib import Path
 
-from memsvc.grpc.convert import event_to_pb as to_pb
-from memsvc.types import MemoryEvent
+from memsvc.domain.types import MemoryEvent
+from memsvc.transports.grpc.convert import event_to_pb as to_pb
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 

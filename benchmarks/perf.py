@@ -34,10 +34,12 @@ from _common import DEFAULT_EVAL, ROOT, machine, percentile, scratch_dir, to_pb
 
 from evals.locomo import load_locomo
 from memsvc.config import Settings
-from memsvc.embedder import BUNDLED_MODEL_NAME, bundled_model_path, load_embedder
-from memsvc.ids import chunk_id
-from memsvc.store import ChunkStore, StoredChunk, content_hash
-from memsvc.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
+from memsvc.domain.hashing import content_hash
+from memsvc.domain.ids import chunk_id
+from memsvc.domain.records import StoredChunk
+from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
+from memsvc.embedding.model import BUNDLED_MODEL_NAME, bundled_model_path, load_embedder
+from memsvc.storage.milvus.store import MilvusChunkStore as ChunkStore
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.support.launch import list_all_chunks, running_server
@@ -125,7 +127,9 @@ def populate(tmp_root: Path, data: Path, serialized: list[bytes], rows: int) -> 
     source = ChunkStore(
         str((tmp_root / "sync" / "milvus.db").resolve()), "memsvc_chunks", name, dim
     )
-    vectors = {c.record.chunk_id: c.vector for c in source.query("", with_vectors=True)}
+    vectors = {
+        c.record.chunk_id: c.vector for c in source.chunks_of(None, deleted=None, with_vectors=True)
+    }
     source.close()
     pool_vecs = np.stack([vectors[r.chunk_id] for r in records if r.chunk_id in vectors])
     data.mkdir(parents=True)

@@ -29,7 +29,7 @@ export async function startMemsvc(ready) {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "memsvc-client-"));
   const child = spawn(
     PYTHON,
-    ["-m", "memsvc.cli", "serve", "--listen", `127.0.0.1:${port}`, "--data-dir", dataDir, "--log-level", "WARNING"],
+    ["-m", "memsvc", "serve", "--listen", `127.0.0.1:${port}`, "--data-dir", dataDir, "--log-level", "WARNING"],
     {
       cwd: ROOT,
       env: {

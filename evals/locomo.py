@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memsvc.types import MemoryEvent
+from memsvc.domain.types import MemoryEvent
 
 _SESSION = re.compile(r"^session_(\d+)$")
 

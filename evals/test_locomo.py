@@ -6,7 +6,7 @@ from pathlib import Path
 
 from evals.locomo import Conversation
 from memsvc.app import Services
-from memsvc.types import SearchFilters, SearchRequest
+from memsvc.domain.types import SearchFilters, SearchRequest
 from tests.integration.test_async_grpc import kill_9_mid_indexing
 from tests.test_ingest import build_and_upsert, split_invariance
 

@@ -1,4 +1,6 @@
-"""Start-up wiring: builds the one embedder, the store, the event log and the services."""
+"""The composition root: picks the implementations of memsvc.ports (storage, embedding) and
+builds the services on them. The only module that knows both the services and the
+backends; transports call what it builds."""
 
 from __future__ import annotations
 
@@ -7,17 +9,25 @@ from pathlib import Path
 
 import structlog
 
-from memsvc.chunking import ChunkPolicy, ChunkRenderer
 from memsvc.config import Settings
-from memsvc.embedder import Embedder, EmbeddingCache, load_embedder
-from memsvc.eventlog import EventLog
-from memsvc.ingest import IngestService
-from memsvc.prefix import KeywordExtractor
-from memsvc.search import Fusion, SearchService, SearchTuning
-from memsvc.store import ChunkStore
-from memsvc.supervision import StoreWatch
-from memsvc.types import SearchMode
-from memsvc.worker import IndexWorker, WorkerSettings
+from memsvc.domain.chunking import ChunkPolicy, ChunkRenderer
+from memsvc.domain.prefix import KeywordExtractor
+from memsvc.domain.types import SearchMode
+from memsvc.embedding.batching import QueryBatcher
+from memsvc.embedding.model import Embedder, load_embedder
+from memsvc.observability import metrics
+from memsvc.ports import ChunkStore, EmbeddingCache, EventLog, IndexQueue, Notifier, WriterLocks
+from memsvc.services import bootstrap
+from memsvc.services.control import IndexControl
+from memsvc.services.deletion import DeletionService
+from memsvc.services.indexing import IndexWorker, WorkerSettings
+from memsvc.services.ingest import IngestService
+from memsvc.services.projection import Projector
+from memsvc.services.search import Fusion, SearchService, SearchTuning
+from memsvc.storage import sqlite
+from memsvc.storage.milvus.store import MilvusChunkStore
+from memsvc.storage.milvus.watch import StoreWatch
+from memsvc.storage.sqlite.notify import LocalNotifier
 
 log = structlog.get_logger(__name__)
 
@@ -27,19 +37,30 @@ class Services:
     settings: Settings
     embedder: Embedder
     store: ChunkStore
-    events: EventLog
+    log: EventLog
+    queue: IndexQueue
+    cache: EmbeddingCache
+    locks: WriterLocks
+    notifier: Notifier
+    projector: Projector
     ingest: IngestService
+    deletion: DeletionService
     search: SearchService
     worker: IndexWorker
+    control: IndexControl
     store_watch: StoreWatch
 
     def close(self) -> None:
-        """Worker first (it finishes or hands back its batch), the store last but the log."""
+        """Worker first (it finishes or hands back its batch), the store, then the log."""
         self.worker.stop()
         self.search.close()
         self.store_watch.stop()
         self.store.close()
-        self.events.close()
+        self.cache.close()
+        self.log.close()
+
+    def gauges(self) -> metrics.GaugeReading:
+        return metrics.GaugeReading(self.queue.gauges(), self.worker.paused, self.store.up)
 
 
 def secure_data_dir(path: Path) -> None:
@@ -59,7 +80,7 @@ def milvus_uri(settings: Settings) -> str:
 
 
 def build_services(settings: Settings, embedder: Embedder | None = None) -> Services:
-    """Everything the servicer needs. `embedder` lets tests share one loaded model."""
+    """Everything the transports need. `embedder` lets tests share one loaded model."""
     secure_data_dir(settings.data_dir)
     if embedder is None:
         embedder = load_embedder(settings)
@@ -70,40 +91,42 @@ def build_services(settings: Settings, embedder: Embedder | None = None) -> Serv
         pooling=embedder.info.pooling,
         fallback=embedder.info.fallback,
     )
-    store = ChunkStore(
+    store = MilvusChunkStore(
         milvus_uri(settings),
         settings.collection,
         embedder.name,
         embedder.dim,
         token=settings.milvus_token,
     )
-    events = EventLog(settings.data_dir / "events.sqlite")
-    cache = EmbeddingCache(settings.data_dir / "embed_cache.sqlite")
+    events, queue, locks = sqlite.open_log(settings.data_dir)
+    cache = sqlite.open_cache(settings.data_dir)
+    notifier = LocalNotifier()
     policy = ChunkPolicy(
         max_turns=settings.chunk_max_turns,
         overlap_turns=settings.chunk_overlap_turns,
         max_tokens=min(settings.chunk_max_tokens, embedder.info.max_tokens),
     )
     renderer = ChunkRenderer(KeywordExtractor(), embedder.count_tokens, policy)
+    projector = Projector(events, store, embedder, cache, renderer, locks)
+    version = settings.chunk_version
     ingest = IngestService(
-        events,
-        store,
-        embedder,
-        cache,
-        renderer,
-        settings.chunk_version,
-        max_turn_chars=settings.max_turn_chars,
+        events, store, embedder, projector, locks, version, settings.max_turn_chars
     )
+    deletion = DeletionService(events, store, cache, projector, locks, version)
     tuning = SearchTuning(
         default_mode=SearchMode(settings.search_default_mode),
         dense_weight=settings.search_dense_weight,
         keyword_weight=settings.search_keyword_weight,
         fusion=Fusion(settings.search_fusion),
     )
-    search = SearchService(store, events, embedder, tuning)
+    search = SearchService(store, events, embedder, QueryBatcher(embedder), tuning)
     log.info("store_ready", uri=store.uri, collection=store.collection)
     worker = IndexWorker(
         ingest,
+        projector,
+        queue,
+        store,
+        notifier,
         WorkerSettings(
             threads=settings.index_workers,
             batch_conversations=settings.index_batch_conversations,
@@ -111,38 +134,28 @@ def build_services(settings: Settings, embedder: Embedder | None = None) -> Serv
             backoff_s=settings.index_backoff_s,
         ),
     )
-    _follow_store_identity(events, ingest, store, settings.chunk_version)
-    watch = StoreWatch(store, settings.store_check_s)
-    watch.on_change(lambda up: worker.notify() if up else None)
-    watch.start()
-    worker.start()
-    return Services(settings, embedder, store, events, ingest, search, worker, watch)
-
-
-def _follow_store_identity(
-    events: EventLog, ingest: IngestService, store: ChunkStore, version: int
-) -> None:
-    """The event log outlives a vector store: pointed at a new collection (or model), it
-    forgets what the old store held and queues every conversation for indexing."""
+    control = IndexControl(events, queue, worker, deletion, locks, notifier, version)
+    bootstrap.recount_tokens_if_tokenizer_changed(events, embedder)
     identity = f"{store.uri}|{store.collection}|{store.model}|{store.dim}"
-    previous = events.get_meta("store_identity")
-    if previous == identity:
-        return
-    conversations = events.conversations() if previous is not None else []
-    with events.transaction() as db:
-        if previous is not None:
-            events.forget_store(db)
-            for conv in conversations:
-                # The newest version the conversation was built with (a sync build may
-                # have used another than the default); an older one kept during a
-                # migration is not rebuilt.
-                newest = max(events.layout_versions(db, conv), default=version)
-                ingest.queue.enqueue(db, conv, events.live_turn_count(db, conv), newest)
-        events.set_meta(db, "store_identity", identity)
-    if conversations:
-        log.warning(
-            "store_changed_reindexing",
-            conversations=len(conversations),
-            was=previous,
-            now=identity,
-        )
+    bootstrap.follow_store_identity(events, identity, version)
+    watch = StoreWatch(store, settings.store_check_s)
+    watch.on_change(lambda up: notifier.notify() if up else None)
+    watch.start()
+    worker.start(paused=control.paused_before())
+    return Services(
+        settings,
+        embedder,
+        store,
+        events,
+        queue,
+        cache,
+        locks,
+        notifier,
+        projector,
+        ingest,
+        deletion,
+        search,
+        worker,
+        control,
+        watch,
+    )

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from memsvc.limits import MAX_TURN_CHARS
+from memsvc.domain.limits import MAX_TURN_CHARS
 
 DEFAULT_MODEL = "BAAI/bge-small-zh-v1.5"
 

@@ -20,8 +20,8 @@ os.environ.setdefault(
 
 from memsvc.app import Services, build_services
 from memsvc.config import Settings
-from memsvc.embedder import BUNDLED_MODEL_NAME, Embedder, load_embedder
-from memsvc.types import MemoryEvent
+from memsvc.domain.types import MemoryEvent
+from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, load_embedder
 
 
 def make_settings(data_dir: Path, **kw: object) -> Settings:

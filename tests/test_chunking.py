@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from memsvc.chunking import ChunkPolicy, ChunkRenderer, StoredTurn, plan_windows
-from memsvc.embedder import Embedder
-from memsvc.prefix import KeywordExtractor
+from memsvc.domain.chunking import ChunkPolicy, ChunkRenderer, StoredTurn, plan_windows
+from memsvc.domain.prefix import KeywordExtractor
+from memsvc.embedding.model import Embedder
 from tests.conftest import EN_TURNS, ZH_TURNS
 
 GOLDEN = Path(__file__).parent / "golden"

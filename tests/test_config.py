@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from memsvc.cli import settings_from_args
+from memsvc.transports.cli.main import settings_from_args
 
 
 def test_flags_override_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,17 +9,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memsvc.backends import Batch, ModelBackend
-from memsvc.embedder import (
+from memsvc.domain.errors import EmbedderError
+from memsvc.embedding.backends import Batch, ModelBackend
+from memsvc.embedding.model import (
     BUNDLED_MODEL_NAME,
     Embedder,
-    EmbeddingCache,
     _load_flag_model,
     bundled_model_path,
-    embed_passages_cached,
     load_embedder,
 )
-from memsvc.errors import EmbedderError
+from memsvc.services.projection import embed_passages_cached
+from memsvc.storage.sqlite import open_cache
 from tests.conftest import make_settings
 from tests.support.faults import failing_model
 
@@ -83,7 +83,7 @@ def test_no_fallback_is_an_error(tmp_path: Path) -> None:
 
 
 def test_cache_skips_the_model(tmp_path: Path, embedder: Embedder) -> None:
-    cache = EmbeddingCache(tmp_path / "cache.sqlite")
+    cache = open_cache(tmp_path)
     texts = ["first text", "second text", "first text"]
     first = embed_passages_cached(embedder, cache, texts)
     with failing_model(embedder, "model must not run"):
@@ -95,7 +95,7 @@ def test_cache_skips_the_model(tmp_path: Path, embedder: Embedder) -> None:
 
 
 def test_query_batcher_matches_direct_encoding(embedder: Embedder) -> None:
-    from memsvc.embedder import QueryBatcher
+    from memsvc.embedding.batching import QueryBatcher
 
     batcher = QueryBatcher(embedder)
     queries = [f"question number {i} about passports and trips" for i in range(16)]

@@ -6,8 +6,8 @@ import random
 import pytest
 
 from memsvc.app import Services
-from memsvc.errors import InvalidArgument
-from memsvc.types import (
+from memsvc.domain.errors import InvalidArgument
+from memsvc.domain.types import (
     ChunkRecord,
     MemoryEvent,
     SearchFilters,
@@ -129,9 +129,9 @@ def test_partial_batch_writes_good_records(services: Services) -> None:
 def test_delete_then_search_and_rebuild_does_not_resurrect(services: Services) -> None:
     events = conversation("c7", EN_TURNS)
     chunks = build_and_upsert(services, events)
-    deleted = services.ingest.delete("c7", TurnRange(0, 0), [])
+    deleted = services.deletion.delete("c7", TurnRange(0, 0), [])
     assert deleted.deleted == 1 and deleted.events_deleted == 1
-    assert services.ingest.delete("c7", TurnRange(0, 0), []).deleted == 0
+    assert services.deletion.delete("c7", TurnRange(0, 0), []).deleted == 0
     req = SearchRequest("adopted a puppy", 10, SearchFilters(conversation_ids=("c7",)))
     for mode in SearchMode:
         _, _, hits = services.search.search(dataclasses.replace(req, mode=mode))
@@ -150,7 +150,7 @@ def test_delete_then_search_and_rebuild_does_not_resurrect(services: Services) -
     assert texts and all("adopted a puppy" not in t for t in texts.values())
     assert any("golden retriever" in t for t in texts.values())
     # purge removes deleted chunks and events physically
-    purged = services.ingest.purge_deleted("c7")
+    purged = services.deletion.purge_deleted("c7")
     assert purged[0] >= 1 and purged[1] == 1
     assert all(
         not c.metadata.deleted for c in services.ingest.list_chunks("c7", True, 100, "").chunks
@@ -163,7 +163,7 @@ def test_delete_by_chunk_ids_deletes_the_turns_they_cover(services: Services) ->
         (0, 3),
         (2, 5),
     ]
-    result = services.ingest.delete("c8", None, [chunks[0].chunk_id, "chk_missing"])
+    result = services.deletion.delete("c8", None, [chunks[0].chunk_id, "chk_missing"])
     # turns 0-3 are gone, so (2, 5) goes too; turns 4-5 get a chunk of their own
     assert result.deleted == 2 and result.events_deleted == 4
     assert [(e.chunk_id, e.reason) for e in result.errors] == [("chk_missing", "unknown")]
@@ -187,7 +187,7 @@ def test_version_rebuild_search_newest_and_retire(services: Services) -> None:
         SearchRequest("puppy", 10, SearchFilters(("c9",), chunk_version=1))
     )
     assert old and {h.metadata.chunk_version for h in old} == {1}
-    assert services.ingest.retire_version("c9", 1) == len(v1)
+    assert services.deletion.retire_version("c9", 1) == len(v1)
     assert {
         c.metadata.chunk_version for c in services.ingest.list_chunks("c9", True, 100, "").chunks
     } == {2}

@@ -9,8 +9,7 @@ import threading
 from pathlib import Path
 
 from memsvc.app import Services, build_services
-from memsvc.embedder import Embedder
-from memsvc.types import (
+from memsvc.domain.types import (
     ChunkRecord,
     MemoryEvent,
     SearchFilters,
@@ -18,6 +17,7 @@ from memsvc.types import (
     SearchRequest,
     TurnRange,
 )
+from memsvc.embedding.model import Embedder
 from tests.conftest import EN_TURNS, conversation, make_settings, turn
 
 
@@ -60,37 +60,37 @@ SECRET = "My bank password is hunter2."
 # -- 1. deleted content comes back ------------------------------------------------------------
 def test_1a_delete_while_the_worker_embeds_wins(services: Services) -> None:
     """The worker built the chunks, the delete lands while it embeds, then it writes."""
-    services.worker.set_paused(True)
+    services.control.set_paused(True)
     services.ingest.append(conversation("d1a", [SECRET, *EN_TURNS[1:]]))
-    item = services.worker.queue.lease(0.0, 60, 8)[0]
+    item = services.queue.lease(0.0, 60, 8)[0]
     built = services.ingest.build_for_index(item.conversation_id, item.chunk_version)
     assert built.chunks
-    services.ingest.delete("d1a", None, [])
+    services.deletion.delete("d1a", None, [])
     result = services.ingest.projector.store_records(built.chunks, [])
     assert result.upserted == 0 and {e.reason for e in result.errors} == {"deleted"}
     assert live(services, "d1a") == {}
-    services.worker.queue.release_stale_leases()
-    services.worker.set_paused(False)
-    assert services.worker.wait_for_indexed("d1a", 5, 60) is not None
+    services.queue.release_stale_leases()
+    services.control.set_paused(False)
+    assert services.control.wait_for_indexed("d1a", 5, 60) is not None
     assert live(services, "d1a") == {}
     assert "hunter2" not in searchable_text(services, "d1a", "bank password hunter2")
 
 
 def test_1b_upsert_after_whole_delete_is_refused_and_purge_erases(services: Services) -> None:
     built = services.ingest.build(conversation("d1b", [SECRET, *EN_TURNS[1:]]))
-    services.ingest.delete("d1b", None, [])
+    services.deletion.delete("d1b", None, [])
     result = services.ingest.upsert(built.chunks)
     assert result.upserted == 0 and {e.reason for e in result.errors} == {"deleted"}
     assert live(services, "d1b") == {}
-    purged_chunks, purged_events = services.ingest.purge_deleted("d1b")
+    purged_chunks, purged_events = services.deletion.purge_deleted("d1b")
     assert purged_events == len(EN_TURNS)
     assert stored(services, "d1b") == {}
     assert services.ingest.upsert(built.chunks).upserted == 0
     assert "hunter2" not in searchable_text(services, "d1b", "bank password hunter2")
     # the log keeps tombstones only: no text of the purged turns anywhere in it
-    with services.events.snapshot() as db:
-        rows = db.execute("SELECT text, clean_text FROM events WHERE conversation_id = 'd1b'")
-        assert all(r == ("", "") for r in rows)
+    with services.log.snapshot() as log:
+        rows = log.events("d1b", range(len(EN_TURNS)))
+        assert all((r.text, r.clean_text) == ("", "") for r in rows.values())
     del purged_chunks
 
 
@@ -98,7 +98,7 @@ def test_1c_delete_by_chunk_id_then_next_turn_does_not_bring_text_back(
     services: Services,
 ) -> None:
     chunks = sync(services, conversation("d1c", [SECRET, "Noted, I will not repeat it."]))
-    services.ingest.delete("d1c", None, [chunks[0].chunk_id])
+    services.deletion.delete("d1c", None, [chunks[0].chunk_id])
     sync(services, [turn("d1c", 2, "What is the weather like today?")])
     sync(services, [turn("d1c", 3, "Sunny and warm.")])
     assert live(services, "d1c") and all("hunter2" not in t for t in live(services, "d1c").values())
@@ -111,7 +111,7 @@ def test_2_unknown_chunk_id_changes_nothing(tmp_path: Path, embedder: Embedder) 
     try:
         sync(first, conversation("d2", EN_TURNS))
         before = live(first, "d2")
-        result = first.ingest.delete("d2", None, ["chk_" + "0" * 32])
+        result = first.deletion.delete("d2", None, ["chk_" + "0" * 32])
         assert (result.deleted, result.events_deleted) == (0, 0)
         assert [e.reason for e in result.errors] == ["unknown"]
         assert live(first, "d2") == before
@@ -120,7 +120,7 @@ def test_2_unknown_chunk_id_changes_nothing(tmp_path: Path, embedder: Embedder) 
     # the store rebuilt from the log has the same chunks
     second = build_services(make_settings(tmp_path, collection="rebuilt"), embedder=embedder)
     try:
-        assert second.worker.wait_for_indexed("d2", 5, 120) is not None
+        assert second.control.wait_for_indexed("d2", 5, 120) is not None
         assert live(second, "d2") == before
     finally:
         second.close()
@@ -129,7 +129,7 @@ def test_2_unknown_chunk_id_changes_nothing(tmp_path: Path, embedder: Embedder) 
 # -- 3. range delete keeps neighbours searchable --------------------------------------------
 def test_3_range_delete_keeps_surviving_turns_searchable(services: Services) -> None:
     sync(services, conversation("d3", EN_TURNS))
-    result = services.ingest.delete("d3", TurnRange(2, 2), [])
+    result = services.deletion.delete("d3", TurnRange(2, 2), [])
     assert result.events_deleted == 1 and result.deleted == 2  # both chunks over turn 2
     assert covered_turns(services, "d3") >= {0, 1, 3, 4, 5}
     texts = "\n".join(live(services, "d3").values())
@@ -142,9 +142,9 @@ def test_3_range_delete_keeps_surviving_turns_searchable(services: Services) -> 
 # -- 4. purge keeps turn numbering ----------------------------------------------------------
 def test_4_purge_leaves_tombstones_so_numbering_continues(services: Services) -> None:
     sync(services, conversation("d4", EN_TURNS))
-    services.ingest.delete("d4", TurnRange(4, 5), [])
-    assert services.ingest.purge_deleted("d4")[1] == 2
-    assert services.ingest.purge_deleted("d4") == (0, 0)
+    services.deletion.delete("d4", TurnRange(4, 5), [])
+    assert services.deletion.purge_deleted("d4")[1] == 2
+    assert services.deletion.purge_deleted("d4") == (0, 0)
     sync(services, [turn("d4", 6, "Back from the lake, Biscuit loved it.")])
     appended = services.ingest.append([turn("d4", 7, "Glad to hear it!")])
     assert appended.accepted == 1 and not appended.errors
@@ -182,7 +182,7 @@ def test_5_forged_records_are_refused(services: Services) -> None:
 
 
 def _chunk_id(conv: str, span: TurnRange, version: int) -> str:
-    from memsvc.ids import chunk_id
+    from memsvc.domain.ids import chunk_id
 
     return chunk_id(conv, span.start, span.end, version)
 
@@ -231,7 +231,7 @@ def test_7_hostile_but_accepted_content_is_indexed(services: Services) -> None:
     ]
     result = services.ingest.append(events)
     assert result.accepted == len(events) and not result.errors
-    item = services.worker.wait_for_indexed("d7", 6, 120)
+    item = services.control.wait_for_indexed("d7", 6, 120)
     assert item is not None and item.state == "idle", item
     chunks = services.ingest.list_chunks("d7", False, 1000, "").chunks
     assert covered_turns(services, "d7") == set(range(7))
@@ -258,9 +258,9 @@ def test_wait_for_indexed_sees_synchronous_writes_after_async_ones(services: Ser
     WaitForIndexed(turn 3) must answer indexed, not wait for a worker with nothing to do."""
     services.ingest.append(conversation("mix", EN_TURNS[:2]))
     services.worker.notify()
-    assert services.worker.wait_for_indexed("mix", 1, 60) is not None
+    assert services.control.wait_for_indexed("mix", 1, 60) is not None
     sync(services, conversation("mix", EN_TURNS[2:4], start=2))
-    item = services.worker.wait_for_indexed("mix", 3, 5)
+    item = services.control.wait_for_indexed("mix", 3, 5)
     assert item is not None and item.indexed_through(3), item
     assert covered_turns(services, "mix") == {0, 1, 2, 3}
 
@@ -271,10 +271,10 @@ def test_rerendered_chunk_over_a_deleted_turn_is_hidden_when_the_tail_grows(
     """Turns 0-2 in one chunk; delete turn 1 (the chunk is re-rendered from 0 and 2 under
     the same id); turn 3 extends it into a new chunk: the old one must not stay live."""
     sync(services, conversation("rr", EN_TURNS[:3]))
-    services.ingest.delete("rr", TurnRange(1, 1), [])
+    services.deletion.delete("rr", TurnRange(1, 1), [])
     services.ingest.append(conversation("rr", EN_TURNS[3:4], start=3))
     services.worker.notify()
-    assert services.worker.wait_for_indexed("rr", 3, 60) is not None
+    assert services.control.wait_for_indexed("rr", 3, 60) is not None
     chunks = services.ingest.list_chunks("rr", False, 1000, "").chunks
     assert len(chunks) == 1, [c.metadata.turn_range for c in chunks]
     assert covered_turns(services, "rr") == {0, 1, 2, 3}

@@ -40,10 +40,10 @@ from hypothesis.stateful import (
 )
 
 from memsvc.app import Services, build_services
-from memsvc.embedder import Embedder
-from memsvc.ids import chunk_id
-from memsvc.types import ChunkRecord, MemoryEvent, SearchFilters, SearchMode, SearchRequest
-from memsvc.types import TurnRange as Span
+from memsvc.domain.ids import chunk_id
+from memsvc.domain.types import ChunkRecord, MemoryEvent, SearchFilters, SearchMode, SearchRequest
+from memsvc.domain.types import TurnRange as Span
+from memsvc.embedding.model import Embedder
 from tests.conftest import make_settings
 
 SOAK = int(os.environ.get("MEMSVC_SOAK_EXAMPLES", "0"))
@@ -113,10 +113,10 @@ class WritePath(RuleBasedStateMachine):
 
     def settle(self) -> None:
         """Let the background worker finish this conversation."""
-        items = self.svc.worker.queue.status([self.conv])
+        items = self.svc.queue.status([self.conv])
         if items:
             last = max(self.turns) if self.turns else 0
-            self.svc.worker.wait_for_indexed(self.conv, last, 120)
+            self.svc.control.wait_for_indexed(self.conv, last, 120)
 
     def stored(self, include_deleted: bool = False) -> list[ChunkRecord]:
         page = self.svc.ingest.list_chunks(self.conv, include_deleted, 1000, "")
@@ -205,7 +205,7 @@ class WritePath(RuleBasedStateMachine):
         a = start % (hi + 1)
         b = min(hi, a + width)
         expected = sum(1 for t in range(a, b + 1) if t in self.turns and not self.turns[t][1])
-        result = self.svc.ingest.delete(self.conv, Span(a, b), [])
+        result = self.svc.deletion.delete(self.conv, Span(a, b), [])
         assert result.events_deleted == expected
         for t in range(a, b + 1):
             if t in self.turns:
@@ -223,7 +223,7 @@ class WritePath(RuleBasedStateMachine):
             ids.append("chk_" + "f" * 32)
         if not ids:
             return
-        result = self.svc.ingest.delete(self.conv, None, ids)
+        result = self.svc.deletion.delete(self.conv, None, ids)
         assert [e.chunk_id for e in result.errors] == (["chk_" + "f" * 32] if unknown else [])
         for cid in ids:
             if cid in known:
@@ -234,13 +234,13 @@ class WritePath(RuleBasedStateMachine):
 
     @rule()
     def delete_whole(self) -> None:
-        self.svc.ingest.delete(self.conv, None, [])
+        self.svc.deletion.delete(self.conv, None, [])
         self.turns = {t: (text, True) for t, (text, _) in self.turns.items()}
 
     @rule()
     def purge(self) -> None:
         self.settle()
-        _, events = self.svc.ingest.purge_deleted(self.conv)
+        _, events = self.svc.deletion.purge_deleted(self.conv)
         newly = {t for t, (_, d) in self.turns.items() if d} - self.purged
         assert events == len(newly)
         self.purged |= newly
@@ -251,7 +251,7 @@ class WritePath(RuleBasedStateMachine):
         self.settle()
         self.old_versions.add(self.version)
         self.version += 1
-        self.svc.worker.reindex([self.conv], self.version)
+        self.svc.control.reindex([self.conv], self.version)
         self.svc.ingest.build([], chunk_version=self.version, conversation_id=self.conv)
 
     @precondition(lambda self: bool(self.old_versions))
@@ -259,7 +259,7 @@ class WritePath(RuleBasedStateMachine):
     def retire_old(self) -> None:
         self.settle()
         for v in sorted(self.old_versions):
-            self.svc.ingest.retire_version(self.conv, v)
+            self.svc.deletion.retire_version(self.conv, v)
         self.old_versions.clear()
 
     @rule()
@@ -289,13 +289,12 @@ class WritePath(RuleBasedStateMachine):
 
     @invariant()
     def store_matches_layout(self) -> None:
-        from memsvc.store import content_hash
+        from memsvc.domain.hashing import content_hash
 
-        ev = self.svc.events
         live = {c.chunk_id: c for c in self.stored()}
-        with ev.snapshot() as db:
-            layout = ev.conversation_layout(db, self.conv)
-        superseded = set(ev.pending_superseded(self.conv))
+        with self.svc.log.snapshot() as log:
+            layout = log.conversation_layout(self.conv)
+            superseded = set(log.pending_superseded(self.conv))
         live_turns = set(self.live_turns())
         for cid, chunk in live.items():
             row = layout.get(cid)
@@ -340,7 +339,9 @@ def current_versions(svc: Services) -> dict[str, str]:
     """Live chunks of each conversation's newest version (what a rebuild restores; an
     older version kept during a migration is not rebuilt)."""
     out: dict[str, str] = {}
-    for conv in svc.events.conversations():
+    with svc.log.snapshot() as log:
+        conversations = log.conversations()
+    for conv in conversations:
         chunks = svc.ingest.list_chunks(conv, False, 1000, "").chunks
         newest = max((c.metadata.chunk_version for c in chunks), default=0)
         out.update({c.chunk_id: c.text for c in chunks if c.metadata.chunk_version == newest})
@@ -371,11 +372,12 @@ def run_machine(
     # Drop the projection and rebuild it from the log: the same live chunks.
     rebuilt = build_services(make_settings(services_dir, collection="rebuilt"), embedder=embedder)
     try:
-        convs = rebuilt.events.conversations()
+        with rebuilt.log.snapshot() as log:
+            convs = log.conversations()
         for conv in convs:
-            status = rebuilt.worker.queue.status([conv])
+            status = rebuilt.queue.status([conv])
             if status:
-                rebuilt.worker.wait_for_indexed(conv, status[0].last_appended_turn, 300)
+                rebuilt.control.wait_for_indexed(conv, status[0].last_appended_turn, 300)
         after = current_versions(rebuilt)
     finally:
         rebuilt.close()

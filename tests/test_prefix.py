@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from memsvc.prefix import INTENT_TAGS, KeywordExtractor, PrefixInput, classify_intent, render_prefix
+from memsvc.domain.prefix import (
+    INTENT_TAGS,
+    KeywordExtractor,
+    PrefixInput,
+    classify_intent,
+    render_prefix,
+)
 
 
 @pytest.mark.parametrize(

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 
 from memsvc.app import Services
-from memsvc.errors import InvalidArgument
-from memsvc.ids import chunk_id
-from memsvc.search import dedup_text, mmr_select, rrf_fuse, score_fuse
-from memsvc.store import StoredChunk
-from memsvc.types import (
+from memsvc.domain.errors import InvalidArgument
+from memsvc.domain.ids import chunk_id
+from memsvc.domain.records import StoredChunk
+from memsvc.domain.types import (
     ChunkMetadata,
     ChunkRecord,
     SearchFilters,
@@ -19,6 +18,7 @@ from memsvc.types import (
     TimestampRange,
     TurnRange,
 )
+from memsvc.services.fusion import dedup_text, mmr_select, rrf_fuse, score_fuse
 from tests.conftest import EN_TURNS, conversation
 
 
@@ -80,7 +80,7 @@ def test_filters_hold_in_every_mode(services: Services) -> None:
     for conv in ("s1", "s2"):
         built = services.ingest.build(conversation(conv, EN_TURNS))
         services.ingest.upsert(built.chunks)
-    services.ingest.delete("s1", TurnRange(0, 1), [])
+    services.deletion.delete("s1", TurnRange(0, 1), [])
     base = SearchRequest("golden retriever hiking", 10, SearchFilters(conversation_ids=("s1",)))
     for mode in SearchMode:
         for mmr in (0.0, 0.5):
@@ -124,7 +124,7 @@ def test_many_identical_texts_are_skipped_in_few_reads(
     for i in range(copies):
         built = services.ingest.build(conversation(f"same{i:02d}", EN_TURNS))
         services.ingest.upsert(built.chunks)
-    texts = {c.record.text for c in services.store.query("")}
+    texts = {c.record.text for c in services.store.chunks_of(None, deleted=None)}
     assert 1 < len(texts) < 6  # every candidate past the first few is a duplicate
     reads: list[int] = []
     real_get = services.store.get
@@ -172,7 +172,7 @@ def test_single_list_search_reads_whole_records_in_the_search(
     # no second round trip (a read by id was a third of a search's time at 100k chunks).
     built = services.ingest.build(conversation("whole", EN_TURNS))
     services.ingest.upsert(built.chunks)
-    stored = {c.record.chunk_id: c.record for c in services.store.query("")}
+    stored = {c.record.chunk_id: c.record for c in services.store.chunks_of(None, deleted=None)}
     reads: list[list[str]] = []
     real_get = services.store.get
 

@@ -7,11 +7,14 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
-from memsvc.errors import FailedPrecondition
-from memsvc.filters import build_filter_expr, quote
-from memsvc.ids import chunk_id
-from memsvc.store import ChunkStore, StoredChunk, content_hash
-from memsvc.types import ChunkMetadata, ChunkRecord, SearchFilters, TimestampRange, TurnRange
+from memsvc.domain.errors import FailedPrecondition
+from memsvc.domain.hashing import content_hash
+from memsvc.domain.ids import chunk_id
+from memsvc.domain.records import StoredChunk
+from memsvc.domain.types import ChunkMetadata, ChunkRecord, SearchFilters, TimestampRange, TurnRange
+from memsvc.ports import SearchScope
+from memsvc.storage.milvus.expressions import quote
+from memsvc.storage.milvus.store import MilvusChunkStore as ChunkStore
 
 DIM = 8
 
@@ -43,8 +46,8 @@ def test_quote_escapes_quotes_and_backslashes() -> None:
 def test_injection_never_widens_a_filter(tmp_path: Path, evil: str) -> None:
     store = ChunkStore(str(tmp_path / "m.db"), "c", "m", DIM)
     store.upsert([record("victim", 0, "secret"), record(evil, 2, "mine")])
-    expr = build_filter_expr(SearchFilters(conversation_ids=(evil,)), {})
-    found = store.query(expr)
+    expr = SearchScope(SearchFilters(conversation_ids=(evil,)))
+    found = store.chunks_of(evil)
     assert [c.record.metadata.conversation_id for c in found] == [evil]
     hits = store.search_dense(np.ones(DIM, dtype=np.float32), expr, 10)
     assert [c.chunk_id for c in hits] == [found[0].record.chunk_id] and hits[0].stored is None
@@ -63,8 +66,8 @@ def test_upsert_get_query_and_replace(tmp_path: Path) -> None:
     assert got.record == rows[0].record
     assert got.vector is not None and np.allclose(got.vector, rows[0].vector)
     store.set_deleted([got])
-    assert store.count("deleted == true") == 1
-    assert len(store.query('conversation_id == "c1" and deleted == false')) == 4
+    assert store.count(deleted=True) == 1
+    assert len(store.chunks_of("c1", deleted=False)) == 4
     store.delete([r.record.chunk_id for r in rows[:2]])
     assert store.count() == 3
     store.close()
@@ -80,7 +83,7 @@ def test_keyword_search_is_case_insensitive_and_filtered(tmp_path: Path) -> None
             record("c1", 6, "caroline deleted memory", deleted=True),
         ]
     )
-    expr = build_filter_expr(SearchFilters(conversation_ids=("c1",)), {})
+    expr = SearchScope(SearchFilters(conversation_ids=("c1",)))
     hits = store.search_keyword("CAROLINE", expr, 10)
     assert [c.chunk_id for c in hits] == [chunk_id("c1", 0, 1, 1)]
     zh = store.search_keyword("护照", expr, 10)
@@ -98,16 +101,18 @@ def test_keyword_search_stems_english_and_keeps_chinese_words(tmp_path: Path) ->
         ]
     )
     for query in ("paintings", "PAINTING", "paints"):
-        found = store.search_keyword(query, "", 10)
+        found = store.search_keyword(query, SearchScope(), 10)
         assert [c.chunk_id for c in found] == [chunk_id("c1", 0, 1, 1)]
-    assert [c.chunk_id for c in store.search_keyword("旅行", "", 10)] == [chunk_id("c1", 2, 3, 1)]
+    assert [c.chunk_id for c in store.search_keyword("旅行", SearchScope(), 10)] == [
+        chunk_id("c1", 2, 3, 1)
+    ]
     store.close()
 
 
 def test_collection_of_an_older_schema_keeps_working_and_says_how_to_upgrade(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import memsvc.store as store_module
+    import memsvc.storage.milvus.schema as store_module
 
     monkeypatch.setattr(store_module, "SCHEMA_VERSION", 1)
     monkeypatch.setattr(store_module, "KEYWORD_ANALYZER", {"tokenizer": "jieba"})
@@ -121,8 +126,8 @@ def test_collection_of_an_older_schema_keeps_working_and_says_how_to_upgrade(
     warning = next(e for e in logs if e["event"] == "collection_schema_old")
     assert "MEMSVC_COLLECTION" in warning["remedy"]
     # Its own analyzer still answers: exact words match, stems do not.
-    assert len(store.search_keyword("painted", "", 10)) == 1
-    assert store.search_keyword("paints", "", 10) == []
+    assert len(store.search_keyword("painted", SearchScope(), 10)) == 1
+    assert store.search_keyword("paints", SearchScope(), 10) == []
     store.close()
 
 
@@ -152,7 +157,7 @@ def test_remote_milvus_uri(tmp_path: Path) -> None:
         store = ChunkStore(f"http://127.0.0.1:{port}", "c", "m", DIM)
         store.upsert([record("c1", 0, "hello remote")])
         assert store.count() == 1
-        assert store.search_keyword("remote", "", 5)[0][0] == chunk_id("c1", 0, 1, 1)
+        assert store.search_keyword("remote", SearchScope(), 5)[0][0] == chunk_id("c1", 0, 1, 1)
         store.close()
     finally:
         server.stop()

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from memsvc.errors import InvalidArgument
-from memsvc.ids import chunk_id
-from memsvc.text import clean_text, epoch_ms, is_chinese, parse_rfc3339
+from memsvc.domain.errors import InvalidArgument
+from memsvc.domain.ids import chunk_id
+from memsvc.domain.text import clean_text, epoch_ms, is_chinese, parse_rfc3339
 
 
 def test_clean_text_nfkc_controls_and_whitespace() -> None:

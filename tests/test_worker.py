@@ -6,7 +6,7 @@ import dataclasses
 import threading
 
 from memsvc.app import Services
-from memsvc.types import SearchFilters, SearchRequest
+from memsvc.domain.types import SearchFilters, SearchRequest
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, turn
 from tests.support.faults import failing_model
 
@@ -21,7 +21,7 @@ def test_append_then_indexed_equals_sync_build(services: Services) -> None:
     assert (result.accepted, result.duplicates, result.errors) == (3, 0, [])
     services.ingest.append(events[3:])
     services.worker.notify()
-    item = services.worker.wait_for_indexed("a1", 5, 60)
+    item = services.control.wait_for_indexed("a1", 5, 60)
     assert item is not None and item.state == "idle" and item.last_indexed_turn == 5
     assert item.dirty == 0
     sync = services.ingest.build(
@@ -41,41 +41,41 @@ def test_append_rejects_bad_conversation_whole_and_keeps_others(services: Servic
     refs = sorted(e.chunk_id for e in result.errors)
     assert refs == ["a3#0", "a3#1", "a4#0", "a4#5"]
     assert any("events[3].timestamp" in e.message for e in result.errors)
-    assert [i.conversation_id for i in services.worker.queue.status()] == ["a2"]
+    assert [i.conversation_id for i in services.queue.status()] == ["a2"]
 
 
 def test_model_failure_is_visible_and_recovers(services: Services) -> None:
-    services.worker.set_paused(True)
+    services.control.set_paused(True)
     services.ingest.append(conversation("a5", EN_TURNS))
-    status = services.worker.queue.status(["a5"])[0]
+    status = services.queue.status(["a5"])[0]
     assert status.state == "pending" and status.dirty == len(EN_TURNS)
     with failing_model(services.embedder, "injected model failure"):
-        items = services.worker.queue.lease(0.0, 60, 8)
+        items = services.queue.lease(0.0, 60, 8)
         services.worker.process(items)
-        failed = services.worker.queue.status(["a5"])[0]
+        failed = services.queue.status(["a5"])[0]
         assert failed.state == "pending" and failed.attempts == 1
         assert "injected model failure" in failed.last_error
         for _ in range(services.worker.settings.max_attempts):
-            services.worker.process(services.worker.queue.lease(1e12, 60, 8))
-        assert services.worker.queue.status(["a5"])[0].state == "failed"
+            services.worker.process(services.queue.lease(1e12, 60, 8))
+        assert services.queue.status(["a5"])[0].state == "failed"
     assert live(services, "a5") == {}
     # new events (or a Reindex) re-queue a failed conversation; with the fault gone it indexes
     services.ingest.append([turn("a5", len(EN_TURNS), "One more thing about Biscuit.")])
-    services.worker.set_paused(False)
-    item = services.worker.wait_for_indexed("a5", len(EN_TURNS), 60)
+    services.control.set_paused(False)
+    item = services.control.wait_for_indexed("a5", len(EN_TURNS), 60)
     assert item is not None and item.state == "idle" and item.last_error == ""
     assert live(services, "a5")
 
 
 def test_crash_between_build_and_upsert_is_repaired(services: Services) -> None:
     """Layout written, store never updated (the process died): the next pass rebuilds it."""
-    services.worker.set_paused(True)
+    services.control.set_paused(True)
     services.ingest.append(conversation("a6", EN_TURNS))
-    item = services.worker.queue.lease(0.0, 60, 8)[0]
+    item = services.queue.lease(0.0, 60, 8)[0]
     services.ingest.build_for_index(item.conversation_id, item.chunk_version)  # then "crash"
-    assert services.worker.queue.release_stale_leases() == 1
-    services.worker.set_paused(False)
-    assert services.worker.wait_for_indexed("a6", len(EN_TURNS) - 1, 60) is not None
+    assert services.queue.release_stale_leases() == 1
+    services.control.set_paused(False)
+    assert services.control.wait_for_indexed("a6", len(EN_TURNS) - 1, 60) is not None
     assert len(live(services, "a6")) == 2
 
 
@@ -98,9 +98,10 @@ def test_concurrent_appends_lose_nothing(services: Services) -> None:
     assert errors == []
     for c in range(4):
         conv = f"cc{c}"
-        item = services.worker.wait_for_indexed(conv, 17, 120)
+        item = services.control.wait_for_indexed(conv, 17, 120)
         assert item is not None and item.state == "idle", item
-        stored = services.events.live_turns(services.events._conn(), conv)
+        with services.log.snapshot() as log:
+            stored = log.live_turns(conv)
         assert [t.turn_id for t in stored] == list(range(18))
         covered = sorted(
             {
@@ -114,22 +115,22 @@ def test_concurrent_appends_lose_nothing(services: Services) -> None:
 
 def test_reindex_keeps_old_version_until_complete(services: Services) -> None:
     services.ingest.append(conversation("a7", EN_TURNS))
-    assert services.worker.wait_for_indexed("a7", 5, 60) is not None
-    services.worker.set_paused(True)
-    assert services.worker.reindex(["a7", "unknown"], 2) == 1
-    status = services.worker.queue.status(["a7"])[0]
+    assert services.control.wait_for_indexed("a7", 5, 60) is not None
+    services.control.set_paused(True)
+    assert services.control.reindex(["a7", "unknown"], 2) == 1
+    status = services.queue.status(["a7"])[0]
     assert status.reindex and status.chunk_version == 2
     # build + upsert half-way through, as a worker interrupted mid-reindex would leave it
-    item = services.worker.queue.lease(0.0, 60, 8)[0]
+    item = services.queue.lease(0.0, 60, 8)[0]
     partial = services.ingest.build_for_index("a7", 2).chunks[:1]
     services.ingest.upsert(partial, register_versions=False)
     req = SearchRequest("puppy", 10, SearchFilters(("a7",)))
     _, _, hits = services.search.search(req)
     assert hits and {h.metadata.chunk_version for h in hits} == {1}
-    services.worker.queue.release_stale_leases()
+    services.queue.release_stale_leases()
     del item
-    services.worker.set_paused(False)
-    done = services.worker.wait_for_indexed("a7", 5, 60)
+    services.control.set_paused(False)
+    done = services.control.wait_for_indexed("a7", 5, 60)
     assert done is not None and not done.reindex
     _, _, hits = services.search.search(req)
     assert hits and {h.metadata.chunk_version for h in hits} == {2}
@@ -142,13 +143,13 @@ def test_new_store_is_rebuilt_from_the_event_log(tmp_path, embedder) -> None:  #
     first = build_services(make_settings(tmp_path), embedder=embedder)
     try:
         first.ingest.append(conversation("s1", EN_TURNS))
-        assert first.worker.wait_for_indexed("s1", 5, 60) is not None
+        assert first.control.wait_for_indexed("s1", 5, 60) is not None
         expected = live(first, "s1")
     finally:
         first.close()
     second = build_services(make_settings(tmp_path, collection="other_chunks"), embedder=embedder)
     try:
-        item = second.worker.wait_for_indexed("s1", 5, 60)
+        item = second.control.wait_for_indexed("s1", 5, 60)
         assert item is not None and item.state == "idle"
         assert live(second, "s1") == expected
     finally:

@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 from memsvc.app import Services
-from memsvc.grpc.convert import event_to_pb
-from memsvc.types import MemoryEvent
+from memsvc.domain.types import MemoryEvent
+from memsvc.transports.grpc.convert import event_to_pb
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.support.conversations import generate
@@ -96,7 +96,7 @@ def test_sigterm_mid_indexing_stops_cleanly_and_resumes(tmp_path: Path, services
 
 @pytest.fixture()
 def stub(services: Services) -> pb_grpc.MemoryServiceStub:
-    from memsvc.grpc.server import start_server
+    from memsvc.transports.grpc.server import start_server
 
     running = start_server("127.0.0.1:0")
     running.mark_ready(services)

@@ -12,8 +12,8 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from memsvc.app import Services
-from memsvc.auth import TokenTable
-from memsvc.grpc.server import start_server
+from memsvc.transports.grpc.auth import TokenTable
+from memsvc.transports.grpc.server import start_server
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 
@@ -61,8 +61,8 @@ def test_other_errors_carry_a_stable_reason_and_retry_hints(
         stub.WaitForIndexed(pb.WaitForIndexedRequest(conversation_id="nope", timeout_ms=10))
     assert details(err.value)["ErrorInfo"].reason == "NOT_FOUND"  # type: ignore[attr-defined]
 
-    services.worker.set_paused(True)
-    from memsvc.grpc.convert import event_to_pb
+    services.control.set_paused(True)
+    from memsvc.transports.grpc.convert import event_to_pb
     from tests.conftest import turn
 
     stub.AppendEvents(pb.AppendEventsRequest(events=[event_to_pb(turn("w", 0, "hello"))]))

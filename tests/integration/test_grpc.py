@@ -11,8 +11,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from memsvc.app import build_services
-from memsvc.embedder import Embedder
-from memsvc.grpc.server import RunningServer, start_server
+from memsvc.embedding.model import Embedder
+from memsvc.transports.grpc.server import RunningServer, start_server
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.conftest import EN_TURNS, ZH_TURNS, make_settings

@@ -11,8 +11,8 @@ import grpc
 import pytest
 
 from memsvc.app import Services
-from memsvc.grpc.convert import event_to_pb
-from memsvc.grpc.server import RunningServer, start_server
+from memsvc.transports.grpc.convert import event_to_pb
+from memsvc.transports.grpc.server import RunningServer, start_server
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.conftest import turn

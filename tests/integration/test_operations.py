@@ -13,7 +13,7 @@ import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from memsvc.app import Services
-from memsvc.types import SearchFilters, SearchRequest
+from memsvc.domain.types import SearchFilters, SearchRequest
 from tests.conftest import EN_TURNS, conversation
 from tests.support.launch import free_port, start_child, wait_serving
 
@@ -22,7 +22,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation.jsonl
 
 def cli(target: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "memsvc.cli", *args, "--target", target],
+        [sys.executable, "-m", "memsvc", *args, "--target", target],
         capture_output=True,
         text=True,
         timeout=300,
@@ -142,18 +142,18 @@ def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
 def test_cancelled_reindex_keeps_the_old_version_answering(services: Services) -> None:
     built = services.ingest.build(conversation("rx", EN_TURNS))
     services.ingest.upsert(built.chunks)
-    services.worker.set_paused(True)
-    assert services.worker.reindex(["rx"], 2) == 1
+    services.control.set_paused(True)
+    assert services.control.reindex(["rx"], 2) == 1
     services.ingest.build([], chunk_version=2, conversation_id="rx")  # part of v2 laid out
-    assert services.worker.cancel_reindex([]) == 1
-    item = services.worker.queue.status(["rx"])[0]
+    assert services.control.cancel_reindex([]) == 1
+    item = services.queue.status(["rx"])[0]
     assert not item.reindex and item.chunk_version == 1
     versions = {
         c.metadata.chunk_version for c in services.ingest.list_chunks("rx", False, 100, "").chunks
     }
     assert versions == {1}
-    services.worker.set_paused(False)
-    done = services.worker.wait_for_indexed("rx", len(EN_TURNS) - 1, 60)
+    services.control.set_paused(False)
+    done = services.control.wait_for_indexed("rx", len(EN_TURNS) - 1, 60)
     assert done is not None and done.indexed_through(len(EN_TURNS) - 1)
     _, _, hits = services.search.search(SearchRequest("Biscuit", 6, SearchFilters(("rx",))))
     assert hits and {h.metadata.chunk_version for h in hits} == {1}

@@ -17,9 +17,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from memsvc.app import Services, build_services
-from memsvc.embedder import Embedder
-from memsvc.grpc.convert import event_to_pb
-from memsvc.grpc.server import RunningServer, start_server
+from memsvc.embedding.model import Embedder
+from memsvc.transports.grpc.convert import event_to_pb
+from memsvc.transports.grpc.server import RunningServer, start_server
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.conftest import make_settings, turn
@@ -53,7 +53,7 @@ def test_abandoned_waits_leave_the_server_answering(
 ) -> None:
     running, channel = server
     stub = pb_grpc.MemoryServiceStub(channel)
-    services.worker.set_paused(True)
+    services.control.set_paused(True)
     events = [event_to_pb(turn("aband", i, f"message {i}")) for i in range(2)]
     stub.AppendEvents(pb.AppendEventsRequest(events=events))
     wait = pb.WaitForIndexedRequest(conversation_id="aband", turn_id=1, timeout_ms=300_000)
@@ -86,7 +86,7 @@ def test_abandoned_waits_leave_the_server_answering(
     assert running.servicer.in_flight.wait_idle(10.0)
     # a caller with a deadline is answered (indexed=false) before it, never left to time out
     assert code_of(stub.WaitForIndexed, wait, timeout=0.5) == grpc.StatusCode.OK
-    services.worker.set_paused(False)
+    services.control.set_paused(False)
     done = stub.WaitForIndexed(wait, timeout=120)
     assert done.indexed
 
@@ -133,7 +133,7 @@ def test_a_huge_turn_does_not_hold_up_other_conversations(
         assert svc.ingest.append([turn("huge", 0, huge)]).accepted == 1
         svc.worker.notify()
         deadline = time.monotonic() + 120
-        while svc.worker.queue.status(["huge"])[0].state != "indexing":
+        while svc.queue.status(["huge"])[0].state != "indexing":
             assert time.monotonic() < deadline
             time.sleep(0.05)
         # Writers of other conversations are never blocked by it...
@@ -141,11 +141,11 @@ def test_a_huge_turn_does_not_hold_up_other_conversations(
             assert svc.ingest.append([turn("small", i, f"small talk {i}")]).accepted == 1
         svc.worker.notify()
         # ...and the worker takes turns: the small conversation is done before the huge one.
-        small = svc.worker.wait_for_indexed("small", 9, 300)
+        small = svc.control.wait_for_indexed("small", 9, 300)
         assert small is not None and small.indexed_through(9)
-        huge_now = svc.worker.queue.status(["huge"])[0]
+        huge_now = svc.queue.status(["huge"])[0]
         assert not huge_now.indexed_through(0), huge_now
-        done = svc.worker.wait_for_indexed("huge", 0, 600)
+        done = svc.control.wait_for_indexed("huge", 0, 600)
         assert done is not None and done.indexed_through(0) and done.attempts == 0
         stored = svc.ingest.list_chunks("huge", False, 1000, "").chunks
         assert len(stored) > svc.worker.settings.max_chunks_per_cycle  # took several steps
@@ -154,7 +154,7 @@ def test_a_huge_turn_does_not_hold_up_other_conversations(
 
 
 def test_turn_size_limit_is_a_setting_checked_on_arrival(services: Services) -> None:
-    from memsvc.errors import InvalidArgument
+    from memsvc.domain.errors import InvalidArgument
 
     limit = services.settings.max_turn_chars
     refused = services.ingest.append([turn("big", 0, "x" * (limit + 1))])

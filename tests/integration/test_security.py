@@ -20,10 +20,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from memsvc.app import Services
-from memsvc.auth import METHOD_ROLES, Role, TokenTable
-from memsvc.grpc.convert import event_to_pb
-from memsvc.grpc.server import RunningServer, start_server
-from memsvc.ids import chunk_id
+from memsvc.domain.ids import chunk_id
+from memsvc.transports.grpc.auth import METHOD_ROLES, Role, TokenTable
+from memsvc.transports.grpc.convert import event_to_pb
+from memsvc.transports.grpc.server import RunningServer, start_server
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.conftest import turn
@@ -205,7 +205,7 @@ def test_refuses_an_open_port_without_tokens(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "memsvc.cli",
+            "memsvc",
             "serve",
             "--listen",
             f"0.0.0.0:{free_port()}",
@@ -256,7 +256,7 @@ def test_rotation_by_sighup_and_private_files(tmp_path: Path) -> None:
             metadata=bearer("new-admin-token-0123456789"),
         )
         probe = subprocess.run(
-            [sys.executable, "-m", "memsvc.cli", "health"],
+            [sys.executable, "-m", "memsvc", "health"],
             env={**os.environ, "MEMSVC_LISTEN": f"127.0.0.1:{port}"},
             timeout=60,
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta, timezone
 
-from memsvc.types import MemoryEvent
+from memsvc.domain.types import MemoryEvent
 
 _NAMES = [
     ("Maya", "Jon"),

@@ -7,9 +7,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from memsvc.backends import BackendName, Batch
-from memsvc.embedder import Embedder
-from memsvc.errors import EmbedderError
+from memsvc.domain.errors import EmbedderError
+from memsvc.embedding.backends import BackendName, Batch
+from memsvc.embedding.model import Embedder
 
 
 class FailingBackend:

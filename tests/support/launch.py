@@ -34,7 +34,7 @@ def start_child(data_dir: Path, port: int, *extra: str) -> subprocess.Popen[byte
         [
             sys.executable,
             "-m",
-            "memsvc.cli",
+            "memsvc",
             "serve",
             "--listen",
             f"127.0.0.1:{port}",

@@ -1,0 +1,354 @@
+"""Windows of consecutive turns, and their rendering into chunk records.
+
+Policy (also in the README):
+- Turns are grouped into exchanges: a run of user turns plus the replies that follow it, so
+  a user turn stays with its reply. An exchange larger than a window is split into turns.
+- A window takes whole exchanges while it holds at most `max_turns` turns and its lines fit
+  the token budget (`max_tokens` minus a reserve for the context prefix).
+- The next window starts at the earliest exchange that keeps the overlap with the previous
+  window within `overlap_turns` turns.
+- A single turn over the budget (tokens, or characters: the store holds 16,000 per chunk)
+  is split at sentence boundaries into pieces, each its own chunk (part_index /
+  part_count); nothing is truncated. A sentence longer than a piece is cut into slices.
+- A chunk names at most 64 participants (the first in turn order): whatever the input,
+  every chunk fits the model and the store, so what is accepted is indexable.
+- The layout is a pure function of the live turns, so building a conversation in one call
+  or in many gives the same chunks. The last window is a "tail" while turns keep arriving.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from memsvc.domain.ids import chunk_id
+from memsvc.domain.limits import MAX_PARTICIPANTS
+from memsvc.domain.prefix import (
+    ROLE_LABELS_EN,
+    ROLE_LABELS_ZH,
+    KeywordExtractor,
+    PrefixInput,
+    classify_intent,
+    is_chinese_window,
+    render_prefix,
+)
+from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
+
+TokenCounter = Callable[[Sequence[str]], list[int]]
+
+_SENTENCE_END = re.compile(r"(?<=[。！？!?；;.…])\s*")
+
+
+@dataclass(frozen=True)
+class StoredTurn:
+    """A live turn from the event log, already cleaned and token-counted."""
+
+    turn_id: int
+    speaker: str
+    text: str
+    timestamp: str
+    participants: tuple[str, ...] = ()
+    speaker_name: str = ""
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ChunkPolicy:
+    max_turns: int = 4
+    overlap_turns: int = 2
+    max_tokens: int = 512
+    # Tokens kept for the prefix line and the model's special tokens.
+    prefix_reserve: int = 64
+    # Tokens of a line's role label ("User (Caroline): "); a speaker name longer than
+    # `name_allowance` tokens costs its extra tokens on top.
+    line_overhead: int = 8
+    name_allowance: int = 4
+    # Characters of a window's lines, and of one piece of a split turn. Only text with very
+    # few tokens per character (e.g. long runs of unbroken symbols) reaches these before the
+    # token budget; they keep every chunk within the store's 16,000 characters.
+    max_line_chars: int = 12_000
+    max_piece_chars: int = 4_000
+
+    @property
+    def line_budget(self) -> int:
+        return self.max_tokens - self.prefix_reserve
+
+    def fingerprint(self) -> str:
+        return f"{self.max_turns}/{self.overlap_turns}/{self.max_tokens}/{self.prefix_reserve}"
+
+
+@dataclass(frozen=True)
+class ChunkWindow:
+    """Turns of one chunk; for a piece of a split turn, `piece` holds the piece's text."""
+
+    turns: tuple[StoredTurn, ...]
+    part_index: int = 0
+    part_count: int = 1
+    piece: str = ""
+
+    @property
+    def start_turn(self) -> int:
+        return self.turns[0].turn_id
+
+    @property
+    def end_turn(self) -> int:
+        return self.turns[-1].turn_id
+
+    def chunk_id(self, conversation_id: str, version: int) -> str:
+        return chunk_id(conversation_id, self.start_turn, self.end_turn, version, self.part_index)
+
+    def source_hash(self, version: int, policy: ChunkPolicy) -> str:
+        """Hash of everything the chunk's text and metadata are derived from."""
+        payload = [version, policy.fingerprint(), self.part_index, self.part_count, self.piece]
+        for t in self.turns:
+            payload.append(
+                [t.turn_id, t.speaker, t.speaker_name, t.text, t.timestamp, list(t.participants)]
+            )
+        blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Unit:
+    turns: tuple[StoredTurn, ...]
+    tokens: int
+    chars: int
+    oversize: bool = False
+
+
+def _exchanges(turns: Sequence[StoredTurn]) -> list[list[StoredTurn]]:
+    groups: list[list[StoredTurn]] = []
+    for i, turn in enumerate(turns):
+        starts = i == 0 or (turn.speaker == "user" and turns[i - 1].speaker != "user")
+        if starts:
+            groups.append([turn])
+        else:
+            groups[-1].append(turn)
+    return groups
+
+
+class _LineCost:
+    """Tokens and characters a turn's line costs in a chunk, its role label included."""
+
+    def __init__(
+        self, turns: Sequence[StoredTurn], policy: ChunkPolicy, count_tokens: TokenCounter
+    ) -> None:
+        names = sorted({t.speaker_name for t in turns if t.speaker_name})
+        self._name_extra = {
+            name: max(0, n - policy.name_allowance)
+            for name, n in zip(names, count_tokens(names), strict=True)
+        }
+        self.policy = policy
+
+    def label_tokens(self, turn: StoredTurn) -> int:
+        return self.policy.line_overhead + self._name_extra.get(turn.speaker_name, 0)
+
+    def tokens(self, turn: StoredTurn) -> int:
+        return turn.tokens + self.label_tokens(turn)
+
+    def chars(self, turn: StoredTurn) -> int:
+        return len(turn.text) + len(turn.speaker_name) + 16
+
+    def oversize(self, turn: StoredTurn) -> bool:
+        return (
+            self.tokens(turn) > self.policy.line_budget
+            or self.chars(turn) > self.policy.max_piece_chars
+        )
+
+
+def _units(turns: Sequence[StoredTurn], policy: ChunkPolicy, cost: _LineCost) -> list[_Unit]:
+    units: list[_Unit] = []
+    for group in _exchanges(turns):
+        tokens = sum(cost.tokens(t) for t in group)
+        chars = sum(cost.chars(t) for t in group)
+        if (
+            len(group) <= policy.max_turns
+            and tokens <= policy.line_budget
+            and chars <= policy.max_line_chars
+            and not any(cost.oversize(t) for t in group)
+        ):
+            units.append(_Unit(tuple(group), tokens, chars))
+            continue
+        for t in group:
+            units.append(_Unit((t,), cost.tokens(t), cost.chars(t), oversize=cost.oversize(t)))
+    return units
+
+
+def plan_windows(
+    turns: Sequence[StoredTurn], policy: ChunkPolicy, count_tokens: TokenCounter
+) -> list[ChunkWindow]:
+    """The chunk layout of a conversation's live turns (sorted by turn_id)."""
+    cost = _LineCost(turns, policy, count_tokens)
+    units = _units(turns, policy, cost)
+    windows: list[ChunkWindow] = []
+    i = 0
+    while i < len(units):
+        if units[i].oversize:
+            turn = units[i].turns[0]
+            windows.extend(_split_turn(turn, policy, cost.label_tokens(turn), count_tokens))
+            i += 1
+            continue
+        j, n_turns, n_tokens, n_chars = i, 0, 0, 0
+        while (
+            j < len(units)
+            and not units[j].oversize
+            and n_turns + len(units[j].turns) <= policy.max_turns
+            and n_tokens + units[j].tokens <= policy.line_budget
+            and n_chars + units[j].chars <= policy.max_line_chars
+        ):
+            n_turns += len(units[j].turns)
+            n_tokens += units[j].tokens
+            n_chars += units[j].chars
+            j += 1
+        windows.append(ChunkWindow(tuple(t for u in units[i:j] for t in u.turns)))
+        if j >= len(units):
+            break
+        if units[j].oversize:
+            i = j
+            continue
+        # Earliest start after i whose overlap with this window stays within overlap_turns.
+        k, overlap = j, 0
+        while k - 1 > i and overlap + len(units[k - 1].turns) <= policy.overlap_turns:
+            k -= 1
+            overlap += len(units[k].turns)
+        i = k
+    return windows
+
+
+def _split_turn(
+    turn: StoredTurn, policy: ChunkPolicy, label_tokens: int, count_tokens: TokenCounter
+) -> list[ChunkWindow]:
+    budget = policy.line_budget - label_tokens
+    max_chars = policy.max_piece_chars
+    pieces: list[str] = []
+    current = ""
+    for sentence in _fit_sentences(_SENTENCE_END.split(turn.text), budget, max_chars, count_tokens):
+        candidate = f"{current} {sentence}".strip() if current else sentence
+        if current and (len(candidate) > max_chars or count_tokens([candidate])[0] > budget):
+            pieces.append(current)
+            current = sentence
+        else:
+            current = candidate
+    if current:
+        pieces.append(current)
+    return [
+        ChunkWindow((turn,), part_index=i, part_count=len(pieces), piece=p)
+        for i, p in enumerate(pieces)
+    ]
+
+
+# Slices a sentence longer than a piece is first cut into: small enough that counting
+# their tokens is cheap, so splitting is linear in the turn's length.
+_SLICE_CHARS = 1_000
+
+
+def _cut(text: str, size: int) -> tuple[str, str]:
+    """Cut `text` after at most `size` characters, at a space when one is near."""
+    if len(text) <= size:
+        return text, ""
+    space = text.rfind(" ", 0, size)
+    at = space if space > size // 2 else size
+    return text[:at].strip(), text[at:].strip()
+
+
+def _fit_sentences(
+    sentences: Sequence[str], budget: int, max_chars: int, count_tokens: TokenCounter
+) -> list[str]:
+    """Sentences, with any sentence over the token budget or `max_chars` cut into slices
+    that fit."""
+    sentences = [s for s in sentences if s]
+    out: list[str] = []
+    for sentence, tokens in zip(sentences, count_tokens(sentences), strict=True):
+        if tokens <= budget and len(sentence) <= max_chars:
+            out.append(sentence)
+            continue
+        slices: list[str] = []
+        rest = sentence
+        while rest:
+            head, rest = _cut(rest, min(_SLICE_CHARS, max_chars))
+            slices.append(head)
+        for piece, n in zip(slices, count_tokens(slices), strict=True):
+            if n <= budget or len(piece) <= 1:
+                out.append(piece)
+            else:  # dense text (about a token a character): halve until it fits
+                halves = _cut(piece, len(piece) // 2)
+                out.extend(_fit_sentences(halves, budget, max_chars, count_tokens))
+    return out
+
+
+class ChunkRenderer:
+    """Renders planned windows into chunk records: prefix line, then one line per turn."""
+
+    def __init__(
+        self, keywords: KeywordExtractor, count_tokens: TokenCounter, policy: ChunkPolicy
+    ) -> None:
+        self._keywords = keywords
+        self._count_tokens = count_tokens
+        self.policy = policy
+
+    def render(self, conversation_id: str, window: ChunkWindow, version: int) -> ChunkRecord:
+        turns = window.turns
+        texts = [window.piece] if window.piece else [t.text for t in turns]
+        chinese = is_chinese_window(texts)
+        labels = ROLE_LABELS_ZH if chinese else ROLE_LABELS_EN
+        lines = []
+        for turn, text in zip(turns, texts, strict=True):
+            label = labels.get(turn.speaker, turn.speaker)
+            if turn.speaker_name:
+                label = (
+                    f"{label}({turn.speaker_name})" if chinese else f"{label} ({turn.speaker_name})"
+                )
+            lines.append(f"{label}: {text}")
+        participants = _participants(turns, labels)[:MAX_PARTICIPANTS]
+        topic = self._keywords.keywords(" ".join(texts), limit=4)
+        dates = [t.timestamp[:10] for t in turns]
+        body = "\n".join(lines)
+        # The reserve normally holds the prefix; if unusually long names overflow it, drop
+        # topic terms, then names from the prefix (the metadata keeps them all).
+        shown = participants[:6]
+        while True:
+            prefix = render_prefix(PrefixInput(dates, shown, topic, chinese))
+            text = f"{prefix}\n{body}"
+            if self._count_tokens([text])[0] + 2 <= self.policy.max_tokens:
+                break
+            if topic:
+                topic = topic[:-1]
+            elif shown:
+                shown = shown[:-1]
+            else:
+                break
+        speakers = tuple(
+            s for s in ("user", "assistant", "system") if any(t.speaker == s for t in turns)
+        )
+        intent = classify_intent(
+            [x for t, x in zip(turns, texts, strict=True) if t.speaker == "user"], texts
+        )
+        metadata = ChunkMetadata(
+            conversation_id=conversation_id,
+            turn_range=TurnRange(window.start_turn, window.end_turn),
+            timestamp_range=TimestampRange(turns[0].timestamp, turns[-1].timestamp),
+            participants=tuple(participants),
+            speakers=speakers,
+            intent_tag=intent,
+            chunk_version=version,
+            deleted=False,
+            part_index=window.part_index,
+            part_count=window.part_count,
+        )
+        return ChunkRecord(window.chunk_id(conversation_id, version), text, metadata)
+
+
+def _participants(turns: Sequence[StoredTurn], labels: dict[str, str]) -> list[str]:
+    """Display names given with the events, else the speakers' names, else role names."""
+    for names in (
+        [p for t in turns for p in t.participants],
+        [t.speaker_name for t in turns if t.speaker_name],
+        [labels.get(t.speaker, t.speaker) for t in turns],
+    ):
+        unique = list(dict.fromkeys(n for n in names if n))
+        if unique:
+            return unique
+    return []

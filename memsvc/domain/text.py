@@ -1,0 +1,66 @@
+"""Text cleaning, language detection and RFC 3339 parsing: pure functions."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from datetime import datetime
+
+from memsvc.domain.errors import InvalidArgument
+
+_WS = re.compile(r"\s+")
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LATIN = re.compile(r"[A-Za-z]")
+# RFC 3339: date, "T" (or space), time, mandatory offset.
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def clean_text(text: str) -> str:
+    """NFKC, control characters removed (newlines and tabs become spaces), whitespace folded."""
+    text = unicodedata.normalize("NFKC", text)
+    chars = []
+    for ch in text:
+        if ch in "\n\r\t\v\f":
+            chars.append(" ")
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn"):
+            continue
+        else:
+            chars.append(ch)
+    return _WS.sub(" ", "".join(chars)).strip()
+
+
+def has_control_chars(text: str) -> bool:
+    return any(unicodedata.category(ch) == "Cc" for ch in text)
+
+
+def has_format_chars(text: str) -> bool:
+    """Invisible format characters (Unicode Cf: zero-width spaces, direction marks): two ids
+    that look identical must not name two conversations."""
+    return any(unicodedata.category(ch) == "Cf" for ch in text)
+
+
+def is_chinese(text: str) -> bool:
+    """Chinese when there are at least a quarter as many CJK characters as Latin letters.
+
+    One CJK character carries about as much as a four-letter English word.
+    """
+    cjk = len(_CJK.findall(text))
+    latin = len(_LATIN.findall(text))
+    return cjk > 0 and cjk * 4 >= latin
+
+
+def parse_rfc3339(value: str, field: str) -> datetime:
+    """Parse an RFC 3339 timestamp with offset; InvalidArgument naming `field` otherwise."""
+    if not _RFC3339.match(value):
+        raise InvalidArgument(
+            field,
+            f"not an RFC 3339 timestamp with offset (e.g. 2026-02-02T10:15:30+08:00): {value!r}",
+        )
+    try:
+        return datetime.fromisoformat(value.replace("z", "Z").replace("t", "T"))
+    except ValueError as exc:
+        raise InvalidArgument(field, f"invalid timestamp {value!r}: {exc}") from exc
+
+
+def epoch_ms(value: str, field: str) -> int:
+    return int(parse_rfc3339(value, field).timestamp() * 1000)

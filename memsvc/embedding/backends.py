@@ -1,0 +1,298 @@
+"""Runtimes for the embedding model's forward pass: torch, or ONNX Runtime on the same weights.
+
+FlagEmbedding loads the model (the loader of record); a backend turns one padded batch of
+token ids into pooled, L2-normalised float32 vectors. The ONNX backend is the torch model
+exported once (torch.onnx's dynamo exporter, pooling and normalisation inside the graph)
+into the model cache, and is used only if it reproduces the torch vectors on a fixed probe
+set (cosine >= PARITY_MIN_COSINE); otherwise the service runs on torch and says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import structlog
+
+from memsvc.domain.errors import EmbedderError
+
+log = structlog.get_logger(__name__)
+
+BackendName = Literal["torch", "onnx"]
+PARITY_MIN_COSINE = 0.999
+# Bumped when the exported graph changes, so old exports in a cache are not reused.
+EXPORT_FORMAT = 1
+# Texts the ONNX graph must reproduce: scripts, lengths and padding the service sees.
+PARITY_PROBES = (
+    "where is my passport?",
+    "我下周要去东京，护照放哪了？",
+    "[Context: 2026-02-02, Caroline and Melanie discussing adoption, painting]\n"
+    "User (Caroline): I adopted a puppy named Biscuit last weekend.",
+    "ok",
+    "A longer passage about hiking near Lake Tahoe in the spring, " * 12,
+    "她喜欢在周末画日落，也喜欢和朋友一起去海边散步。" * 6,
+)
+
+# One padded batch: input_ids, attention_mask (and token_type_ids where the model has them).
+Batch = Mapping[str, np.ndarray]
+
+
+class ModelBackend(Protocol):
+    """The forward pass of one padded batch to pooled, L2-normalised float32 vectors."""
+
+    name: BackendName
+
+    def encode(self, batch: Batch) -> np.ndarray: ...
+
+    def for_queries(self) -> ModelBackend:
+        """The backend for query embeddings: this one, or a runtime of its own."""
+        ...
+
+
+class TorchBackend:
+    name: BackendName = "torch"
+
+    def __init__(self, model: Any, pooling: str) -> None:
+        import torch
+
+        self._torch = torch
+        # FlagEmbedding moves the model on every call; do it once here.
+        self._model = model.float().to("cpu").eval()
+        self._pooling = pooling
+
+    def encode(self, batch: Batch) -> np.ndarray:
+        torch = self._torch
+        try:
+            with torch.inference_mode():
+                inputs = {k: torch.from_numpy(np.asarray(v)) for k, v in batch.items()}
+                hidden = self._model(**inputs, return_dict=True).last_hidden_state
+                pooled = _pool_torch(torch, hidden, inputs["attention_mask"], self._pooling)
+                out: np.ndarray = pooled.numpy().astype(np.float32)
+                return out
+        except Exception as exc:
+            raise EmbedderError(f"embedding failed: {exc}") from exc
+
+    def for_queries(self) -> TorchBackend:
+        return self
+
+
+class OnnxBackend:
+    name: BackendName = "onnx"
+
+    def __init__(self, path: Path, threads: int, spin: bool = True) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.log_severity_level = 3  # errors only
+        # Idle intra-op threads spin, waiting for more work: right for back-to-back passage
+        # batches, wrong for one query, whose spinning threads take the cores from the
+        # Milvus searches that run beside and after it (benchmarks/RESULTS.md, Speed v3).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        self.path = path
+        self.threads = threads
+        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._inputs = [i.name for i in self._session.get_inputs()]
+
+    def encode(self, batch: Batch) -> np.ndarray:
+        try:
+            feed = {k: np.asarray(batch[k], dtype=np.int64) for k in self._inputs}
+            out = self._session.run(None, feed)[0]
+            return np.asarray(out, dtype=np.float32)
+        except Exception as exc:
+            raise EmbedderError(f"embedding failed: {exc}") from exc
+
+    def for_queries(self) -> OnnxBackend:
+        """A second session on the same export, not spinning: a query neither waits behind
+        an upsert's passage batches nor keeps the cores busy after its forward pass."""
+        return OnnxBackend(self.path, self.threads, spin=False)
+
+
+def _pool_torch(torch: Any, hidden: Any, mask: Any, pooling: str) -> Any:
+    if pooling == "mean":
+        weights = mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1)
+    else:
+        pooled = hidden[:, 0]
+    return torch.nn.functional.normalize(pooled, dim=-1)
+
+
+def select_backend(
+    wanted: Literal["auto", "torch", "onnx"],
+    model: Any,
+    pooling: str,
+    max_tokens: int,
+    tokenize: Callable[[Sequence[str]], Batch],
+    cache_dir: Path,
+    model_key: str,
+    threads: int,
+) -> ModelBackend:
+    """The backend to run: torch if asked; else the ONNX export of `model`, checked
+    against torch on the probe texts. `auto` falls back to torch (one WARNING) when the
+    export cannot be made or does not match; `onnx` makes that a start-up error."""
+    torch_backend = TorchBackend(model, pooling)
+    if wanted == "torch":
+        return torch_backend
+    try:
+        onnx_backend, cosine = _checked_onnx(
+            torch_backend, model, pooling, max_tokens, tokenize, cache_dir / model_key, threads
+        )
+    except Exception as exc:
+        if wanted == "onnx":
+            raise RuntimeError(
+                f"MEMSVC_EMBED_BACKEND=onnx but the ONNX backend is not usable: {exc}"
+            ) from exc
+        log.warning(
+            "embed_backend_fallback",
+            using="torch",
+            reason=str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__,
+        )
+        return torch_backend
+    log.info("embed_backend_ready", backend="onnx", parity_min_cosine=round(cosine, 6))
+    return onnx_backend
+
+
+def _checked_onnx(
+    reference: TorchBackend,
+    model: Any,
+    pooling: str,
+    max_tokens: int,
+    tokenize: Callable[[Sequence[str]], Batch],
+    export_dir: Path,
+    threads: int,
+) -> tuple[OnnxBackend, float]:
+    """The ONNX backend and its parity with `reference`. An export found in the cache that
+    does not load or match (a half-written file, an older exporter) is made again, once."""
+    probes = tokenize(PARITY_PROBES)
+    expected = reference.encode(probes)
+    for attempt in (1, 2):
+        path, fresh = exported_model(model, pooling, max_tokens, tokenize, export_dir)
+        try:
+            backend = OnnxBackend(path, threads)
+            cosine = parity(expected, backend.encode(probes))
+            if cosine < PARITY_MIN_COSINE:
+                raise RuntimeError(
+                    f"the ONNX export does not reproduce the torch vectors: lowest cosine"
+                    f" {cosine:.6f} < {PARITY_MIN_COSINE} on the probe texts ({path})"
+                )
+            return backend, cosine
+        except Exception:
+            if fresh or attempt == 2:
+                raise
+            path.unlink(missing_ok=True)
+    raise AssertionError("unreachable")
+
+
+def parity(a: np.ndarray, b: np.ndarray) -> float:
+    """Lowest cosine between matching rows of two sets of L2-normalised vectors."""
+    return float(np.min(np.sum(a * b, axis=1)))
+
+
+def model_files_key(model_dir: Path, name: str) -> str:
+    """Identifies the weights without reading them: file names, sizes and modification times
+    of the model directory, plus the model name and the versions of the exporting stack
+    (the parity check at every load catches anything this misses)."""
+    import onnx
+    import torch
+
+    entries = sorted(
+        (str(p.relative_to(model_dir)), p.stat().st_size, int(p.stat().st_mtime))
+        for p in model_dir.rglob("*")
+        if p.is_file()
+    )
+    stack = [EXPORT_FORMAT, torch.__version__, onnx.__version__]
+    blob = json.dumps([stack, name, str(model_dir.resolve()), entries])
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def exported_model(
+    model: Any,
+    pooling: str,
+    max_tokens: int,
+    tokenize: Callable[[Sequence[str]], Batch],
+    export_dir: Path,
+) -> tuple[Path, bool]:
+    """`export_dir/model.onnx` and whether it was exported now. Concurrent starts on the
+    same cache wait for one export (a file lock); the file appears whole (rename)."""
+    target = export_dir / "model.onnx"
+    if target.is_file():
+        return target, False
+    export_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(export_dir / ".lock"):
+        if target.is_file():
+            return target, False
+        log.info("onnx_export", path=str(target))
+        partial = export_dir / f".model.onnx.{os.getpid()}"
+        try:
+            _export(model, pooling, max_tokens, tokenize(PARITY_PROBES[:2]), partial)
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+    return target, True
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _export(model: Any, pooling: str, max_tokens: int, example: Batch, path: Path) -> None:
+    """The model plus pooling and normalisation as one ONNX graph, batch and sequence
+    dynamic. The dynamo exporter: the TorchScript one gave wrong outputs with transformers 5."""
+    import torch
+
+    names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in example]
+
+    class Pooled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
+            inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+            if token_type_ids is not None:
+                inputs["token_type_ids"] = token_type_ids
+            hidden = self.model(**inputs, return_dict=True).last_hidden_state
+            return _pool_torch(torch, hidden, attention_mask, pooling)
+
+    batch_dim = torch.export.Dim("batch")
+    seq_dim = torch.export.Dim("sequence", max=max_tokens)
+    args = tuple(torch.from_numpy(np.asarray(example[k], dtype=np.int64)) for k in names)
+    # The exporter reports its progress on stdout and warns about internals: not ours to show.
+    quiet = logging.getLogger("torch.onnx")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(
+                Pooled().eval(),
+                args,
+                input_names=names,
+                output_names=["sentence_embedding"],
+                dynamic_shapes={k: {0: batch_dim, 1: seq_dim} for k in names},
+                dynamo=True,
+                verbose=False,
+            )
+        if program is None:
+            raise RuntimeError("torch.onnx.export returned no program")
+        program.save(str(path))
+    finally:
+        quiet.setLevel(level)

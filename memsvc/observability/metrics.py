@@ -1,0 +1,179 @@
+"""Prometheus metrics, served on their own port (MEMSVC_METRICS_LISTEN).
+
+Labels are bounded sets (method, status code, outcome, kind, reason, state): never a
+conversation id or any text. Per-conversation backlog stays in GetIndexStatus.
+Counters and histograms live in one process-wide registry; gauges are read when scraped,
+through a callable the composition root installs (this module imports no service)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from memsvc.domain.errors import EmbedderError, StoreUnavailable
+from memsvc.domain.records import QueueGauges
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# Queries answer in milliseconds, upserts and waits in seconds to minutes.
+_RPC_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_EMBED_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+RPC_DURATION = Histogram(
+    "memsvc_rpc_duration_seconds",
+    "Time to answer an RPC, by method and status code (failed calls included).",
+    ["method", "code"],
+    buckets=_RPC_BUCKETS,
+    registry=REGISTRY,
+)
+CHUNKS_WRITTEN = Counter(
+    "memsvc_chunks_written",
+    "Chunk writes to the vector store by outcome:"
+    " upserted | updated | unchanged | retired | deleted | purged.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+EMBED_DURATION = Histogram(
+    "memsvc_embed_duration_seconds",
+    "Time of one model call (a batch of texts), by kind: passage | query.",
+    ["kind"],
+    buckets=_EMBED_BUCKETS,
+    registry=REGISTRY,
+)
+EMBEDDED_TEXTS = Counter(
+    "memsvc_embedded_texts",
+    "Texts run through the model, by kind: passage | query.",
+    ["kind"],
+    registry=REGISTRY,
+)
+CACHE_LOOKUPS = Counter(
+    "memsvc_embed_cache_lookups",
+    "Passage embeddings looked up in the cache, by result: hit | miss.",
+    ["result"],
+    registry=REGISTRY,
+)
+UPSERT_FAILURES = Counter(
+    "memsvc_upsert_failures",
+    "Chunk records not stored, by reason: invalid | unknown | stale | too_long |"
+    " store_unavailable | model_error | internal.",
+    ["reason"],
+    registry=REGISTRY,
+)
+
+# RecordError reasons -> the bounded label set above
+_FAILURE_REASON = {
+    "superseded": "stale",
+    "deleted": "stale",
+    "mismatch": "stale",
+    "unknown": "unknown",
+    "too_long": "too_long",
+    "invalid": "invalid",
+}
+
+
+def count_upsert_failures(reasons: Iterator[str] | list[str]) -> None:
+    for reason in reasons:
+        UPSERT_FAILURES.labels(_FAILURE_REASON.get(reason, "invalid")).inc()
+
+
+def count_failed_write(exc: BaseException, records: int) -> None:
+    """A whole store write failed: every record in it counts, by the cause."""
+    if isinstance(exc, StoreUnavailable):
+        reason = "store_unavailable"
+    elif isinstance(exc, EmbedderError):
+        reason = "model_error"
+    else:
+        reason = "internal"
+    UPSERT_FAILURES.labels(reason).inc(records)
+
+
+@dataclass(frozen=True)
+class GaugeReading:
+    """What the gauges show, read from the running services at scrape time."""
+
+    queue: QueueGauges
+    paused: bool
+    store_up: bool
+
+
+class ServiceGauges(Collector):  # type: ignore[misc]
+    """Index queue and store state, read at scrape time through `read` (None: not yet
+    serving, no gauges)."""
+
+    def __init__(self) -> None:
+        self.read: Callable[[], GaugeReading] | None = None
+
+    def describe(self) -> list[Any]:
+        return []  # families are only known at collect time; skip registry checks
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if self.read is None:
+            return
+        reading = self.read()
+        gauges = reading.queue
+        yield GaugeMetricFamily(
+            "memsvc_index_backlog_turns",
+            "Accepted turns not yet indexed, over every conversation.",
+            value=gauges.backlog,
+        )
+        states = GaugeMetricFamily(
+            "memsvc_index_conversations",
+            "Conversations known to the index queue, by state.",
+            labels=["state"],
+        )
+        for state in ("idle", "pending", "indexing", "failed"):
+            states.add_metric([state], gauges.by_state.get(state, 0))
+        yield states
+        oldest = gauges.oldest_pending_since
+        yield GaugeMetricFamily(
+            "memsvc_index_oldest_pending_seconds",
+            "Age of the oldest accepted turn not yet indexed (0 = nothing waiting).",
+            value=max(0.0, time.time() - oldest) if oldest is not None else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "memsvc_index_paused",
+            "1 while indexing is paused (SetIndexingPaused).",
+            value=1 if reading.paused else 0,
+        )
+        yield GaugeMetricFamily(
+            "memsvc_store_up",
+            "1 while the vector store answers, 0 while it is down.",
+            value=1 if reading.store_up else 0,
+        )
+
+
+SERVICE_GAUGES = ServiceGauges()
+REGISTRY.register(SERVICE_GAUGES)
+
+
+def serve_metrics(listen: str) -> int:
+    """Start the /metrics HTTP server on HOST:PORT (port 0: any); returns the port."""
+    host, _, port = listen.rpartition(":")
+    server, _ = start_http_server(int(port), addr=host.strip("[]"), registry=REGISTRY)
+    return int(server.server_address[1])
+
+
+# Every label value of the bounded sets exists from the start (at 0), so dashboards and
+# alerts see the series before the first event.
+for _outcome in ("upserted", "updated", "unchanged", "retired", "deleted", "purged"):
+    CHUNKS_WRITTEN.labels(_outcome)
+for _kind in ("passage", "query"):
+    EMBEDDED_TEXTS.labels(_kind)
+for _result in ("hit", "miss"):
+    CACHE_LOOKUPS.labels(_result)
+for _reason in (
+    "invalid",
+    "unknown",
+    "stale",
+    "too_long",
+    "store_unavailable",
+    "model_error",
+    "internal",
+):
+    UPSERT_FAILURES.labels(_reason)

@@ -1,0 +1,51 @@
+"""Start-up steps that bring the log in line with the running model and store."""
+
+from __future__ import annotations
+
+import structlog
+
+from memsvc.ports import Embedder, EventLog
+
+log = structlog.get_logger(__name__)
+
+
+def recount_tokens_if_tokenizer_changed(events: EventLog, embedder: Embedder) -> None:
+    """Token counts in the log belong to one tokenizer; recount them after a model change."""
+    tokenizer = embedder.tokenizer_id
+    with events.snapshot() as r:
+        if r.get_meta("tokenizer") == tokenizer:
+            return
+    with events.transaction() as tx:
+        rows = tx.event_texts()
+        counts = embedder.count_tokens([text for _, _, text in rows])
+        tx.set_tokens((n, conv, turn) for (conv, turn, _), n in zip(rows, counts, strict=True))
+        tx.set_meta("tokenizer", tokenizer)
+    if rows:
+        log.info("event_tokens_recounted", events=len(rows), tokenizer=tokenizer)
+
+
+def follow_store_identity(events: EventLog, identity: str, default_version: int) -> None:
+    """The event log outlives a vector store: pointed at a new collection (or model), it
+    forgets what the old store held and queues every conversation for indexing."""
+    with events.snapshot() as r:
+        previous = r.get_meta("store_identity")
+    if previous == identity:
+        return
+    with events.transaction() as tx:
+        conversations = tx.conversations() if previous is not None else []
+        if previous is not None:
+            tx.forget_store()
+            for conv in conversations:
+                # The newest version the conversation was built with (a sync build may
+                # have used another than the default); an older one kept during a
+                # migration is not rebuilt.
+                newest = max(tx.layout_versions(conv), default=default_version)
+                tx.enqueue(conv, tx.live_turn_count(conv), newest)
+        tx.set_meta("store_identity", identity)
+    if conversations:
+        log.warning(
+            "store_changed_reindexing",
+            conversations=len(conversations),
+            was=previous,
+            now=identity,
+        )

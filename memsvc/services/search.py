@@ -1,0 +1,227 @@
+"""The read path: query embedding, dense / keyword / hybrid search, dedup and MMR.
+
+Scores (higher = more similar, comparable within one response):
+- dense: cosine similarity of query and chunk vectors, in [-1, 1].
+- keyword: Milvus BM25 score of the chunk text for the query, >= 0, unbounded.
+- hybrid (score fusion, the default): sum over the dense and keyword lists of
+  w * score / best score of that list (0 for a list the chunk is not in), divided by the
+  sum of the weights, so a chunk best in both lists scores 1.0.
+- hybrid with MEMSVC_SEARCH_FUSION=rrf: reciprocal-rank fusion, sum of w / (60 + rank),
+  divided by the sum of the weights over 61 (rank 1 in both lists scores 1.0).
+With MMR the selection changes, the scores do not: hits stay sorted by score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from memsvc.domain import validation
+from memsvc.domain.errors import Cancelled, InvalidArgument
+from memsvc.domain.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K
+from memsvc.domain.records import Candidate, Scored, StoredChunk
+from memsvc.domain.types import Hit, SearchMode, SearchRequest
+from memsvc.ports import ChunkStore, Embedder, EventLog, QueryEncoder, SearchScope
+from memsvc.services.fusion import dedup_text, mmr_select, rrf_fuse, score_fuse
+
+DEFAULT_TOP_K = 6
+# Candidates per list in hybrid mode. A chunk missing from one list gets nothing from it,
+# so the pool should hold most of a conversation's chunks: on LoCoMo dev (~270 chunks a
+# conversation) recall within 20 turns was 0.745 / 0.774 / 0.791 with 40 / 100 / 300.
+# Candidates are ids and scores only: ~1 ms more per search than 40.
+HYBRID_POOL = 300
+# Candidates MMR chooses from (their vectors are read).
+MMR_POOL = 40
+
+
+class Fusion(StrEnum):
+    SCORE = "score"
+    RRF = "rrf"
+
+
+@dataclass(frozen=True)
+class SearchTuning:
+    default_mode: SearchMode = SearchMode.HYBRID
+    dense_weight: float = 1.0
+    keyword_weight: float = 1.0
+    fusion: Fusion = Fusion.SCORE
+
+
+class SearchService:
+    def __init__(
+        self,
+        store: ChunkStore,
+        log: EventLog,
+        embedder: Embedder,
+        queries: QueryEncoder,
+        tuning: SearchTuning,
+    ) -> None:
+        self.store = store
+        self.log = log
+        self.embedder = embedder
+        self.tuning = tuning
+        self.queries = queries
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="keyword")
+
+    def close(self) -> None:
+        self.queries.close()
+        self._pool.shutdown(wait=False)
+
+    # -- EmbedChunk / EmbedBatch --------------------------------------------------------
+    def embed_query(self, query: str) -> np.ndarray:
+        _check_query(query, "query")
+        self._check_tokens([query], ["query"], is_query=True)
+        return self.queries.encode(query)
+
+    def embed_batch(
+        self,
+        texts: Sequence[str],
+        is_query: bool,
+        caller_waiting: Callable[[], bool] = lambda: True,
+    ) -> np.ndarray:
+        """In slices of the model's batch size (memory bounded by one slice of 512-token
+        texts), stopping between slices if the caller has gone."""
+        if not texts:
+            raise InvalidArgument("texts", "must not be empty")
+        if len(texts) > MAX_BATCH_TEXTS:
+            raise InvalidArgument("texts", f"at most {MAX_BATCH_TEXTS} texts per call")
+        for i, t in enumerate(texts):
+            _check_query(t, f"texts[{i}]")
+        self._check_tokens(texts, [f"texts[{i}]" for i in range(len(texts))], is_query)
+        step = self.embedder.batch_size
+        parts = []
+        for start in range(0, len(texts), step):
+            if not caller_waiting():
+                raise Cancelled(f"caller left after {start} of {len(texts)} texts")
+            part = texts[start : start + step]
+            parts.append(
+                self.embedder.encode_queries(part)
+                if is_query
+                else self.embedder.encode_passages(part)
+            )
+        return np.concatenate(parts)
+
+    def _check_tokens(self, texts: Sequence[str], fields: Sequence[str], is_query: bool) -> None:
+        """Refuse (never truncate) what the model cannot read whole."""
+        info = self.embedder.info
+        prefix = (info.query_instruction or "") if is_query else ""
+        limit = info.max_tokens - info.special_tokens
+        # A WordPiece/BPE token covers at least one character: short texts need no count.
+        long = [
+            (f, prefix + t) for f, t in zip(fields, texts, strict=True) if len(prefix + t) > limit
+        ]
+        if not long:
+            return
+        for (field, _), n in zip(
+            long, self.embedder.count_tokens([t for _, t in long]), strict=True
+        ):
+            if n > limit:
+                raise InvalidArgument(
+                    field,
+                    f"{n} model tokens{' with the query instruction' if prefix else ''};"
+                    f" the model reads at most {limit}",
+                )
+
+    # -- EmbedDb --------------------------------------------------------------------------
+    def search(self, req: SearchRequest) -> tuple[SearchMode, int, list[Hit]]:
+        _check_query(req.query_text, "query_text")
+        validation.search_filters(req.filters)
+        mode = req.mode or self.tuning.default_mode
+        if mode is not SearchMode.KEYWORD:
+            self._check_tokens([req.query_text], ["query_text"], is_query=True)
+        if req.top_k < 0 or req.top_k > MAX_TOP_K:
+            raise InvalidArgument("top_k", f"must be 0 (= {DEFAULT_TOP_K}) to {MAX_TOP_K}")
+        if not 0.0 <= req.mmr_lambda <= 1.0:
+            raise InvalidArgument("mmr_lambda", "must be 0 (off) or in (0, 1]")
+        top_k = req.top_k or DEFAULT_TOP_K
+        scope = self._scope(req)
+        if mode is SearchMode.HYBRID:
+            pool = max(HYBRID_POOL, top_k * 4)
+        elif req.mmr_lambda:
+            pool = max(MMR_POOL, top_k * 4)
+        else:
+            pool = top_k * 2  # room for identical texts
+        pool = min(pool, 16_384)
+
+        candidates: list[Candidate]
+        if mode is SearchMode.HYBRID:
+            # BM25 needs no vector: run it while the query is being embedded.
+            keyword_future = self._pool.submit(
+                self.store.search_keyword, req.query_text, scope, pool
+            )
+            dense = self.store.search_dense(self.queries.encode(req.query_text), scope, pool)
+            keyword = keyword_future.result()
+            fuse = score_fuse if self.tuning.fusion is Fusion.SCORE else rrf_fuse
+            ranked = fuse(
+                [_scored(dense), _scored(keyword)],
+                [self.tuning.dense_weight, self.tuning.keyword_weight],
+            )
+            candidates = dense + keyword
+        else:
+            # A single list without MMR has few candidates: read their whole records in
+            # the search itself, not in a second round trip after it.
+            whole = not req.mmr_lambda
+            if mode is SearchMode.DENSE:
+                vector = self.queries.encode(req.query_text)
+                candidates = self.store.search_dense(vector, scope, pool, whole)
+            else:
+                candidates = self.store.search_keyword(req.query_text, scope, pool, whole)
+            ranked = _scored(candidates)
+        if req.mmr_lambda and len(ranked) > top_k:
+            head = ranked[: max(MMR_POOL, top_k * 4)]
+            records = self.store.get([cid for cid, _ in head], with_vectors=True)
+            picked = mmr_select(dedup_text(head, records), records, top_k, req.mmr_lambda)
+            top = sorted(picked, key=lambda x: -x[1])
+        else:
+            known = {c.chunk_id: c.stored for c in candidates if c.stored is not None}
+            top, records = self._top_unique(ranked, top_k, known)
+        hits = [
+            Hit(cid, score, records[cid].record.text, records[cid].record.metadata)
+            for cid, score in top
+        ]
+        return mode, top_k, hits
+
+    def _scope(self, req: SearchRequest) -> SearchScope:
+        """The filters, and the version each conversation with several reads (newest
+        complete) unless the request names one."""
+        f = req.filters
+        if f.chunk_version:
+            return SearchScope(f)
+        with self.log.snapshot() as r:
+            return SearchScope(f, r.multi_version_latest(f.conversation_ids))
+
+    def _top_unique(
+        self, ranked: Sequence[Scored], top_k: int, known: Mapping[str, StoredChunk]
+    ) -> tuple[list[Scored], dict[str, StoredChunk]]:
+        """The first `top_k` candidates with distinct texts, and their records. Records
+        the search returned whole are `known`; the others are read top_k at first, then
+        in slices twice as large each time: one read when texts differ (the usual case), a
+        few when many candidates share a text (say a greeting repeated in every
+        conversation of an unscoped search), never one read per duplicate. A chunk removed
+        between the search and the read is skipped."""
+        top: list[Scored] = []
+        records: dict[str, StoredChunk] = dict(known)
+        start, size = 0, top_k
+        while len(top) < top_k and start < len(ranked):
+            part = ranked[start : start + size]
+            start, size = start + len(part), size * 2
+            missing = [cid for cid, _ in part if cid not in records]
+            if missing:
+                records.update(self.store.get(missing))
+            top = dedup_text(ranked[:start], records)
+        return top[:top_k], records
+
+
+def _scored(candidates: Sequence[Candidate]) -> list[Scored]:
+    return [(c.chunk_id, c.score) for c in candidates]
+
+
+def _check_query(text: str, field: str) -> None:
+    if not text.strip():
+        raise InvalidArgument(field, "must not be empty")
+    if len(text) > MAX_QUERY_CHARS:
+        raise InvalidArgument(field, f"longer than {MAX_QUERY_CHARS} characters")

@@ -1,0 +1,51 @@
+"""Passage vectors keyed by (model, SHA-256 of text): unchanged text never runs the model
+again (memsvc.ports.EmbeddingCache). Table `vectors` (model, text_hash, vector bytes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from memsvc.storage.sql.connection import Database, chunked, marks
+
+
+class SqlEmbeddingCache:
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    def get_many(self, model: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        with self.database.snapshot() as sql:
+            for part in chunked(list(dict.fromkeys(hashes))):
+                for h, blob in sql.rows(
+                    "SELECT text_hash, vector FROM vectors WHERE model = ?"
+                    f" AND text_hash IN ({marks(len(part))})",
+                    (model, *part),
+                ):
+                    out[str(h)] = np.frombuffer(bytes(blob), dtype=np.float32)
+        return out
+
+    def put_many(self, model: str, items: Mapping[str, np.ndarray]) -> None:
+        if not items:
+            return
+        with self.database.transaction() as sql:
+            sql.many(
+                "INSERT INTO vectors (model, text_hash, vector) VALUES (?,?,?)"
+                " ON CONFLICT (model, text_hash) DO UPDATE SET vector = excluded.vector",
+                ((model, h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in items.items()),
+            )
+
+    def forget(self, hashes: Sequence[str]) -> None:
+        if not hashes:
+            return
+        with self.database.transaction() as sql:
+            sql.many("DELETE FROM vectors WHERE text_hash = ?", ((h,) for h in hashes))
+
+    def count(self) -> int:
+        with self.database.snapshot() as sql:
+            row = sql.one("SELECT COUNT(*) FROM vectors")
+        return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        self.database.close()

@@ -1,0 +1,30 @@
+"""The embedded backend: the event log, index queue and embedding cache in SQLite files
+under the data dir, and in-process writer locks (one process per data dir)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memsvc.storage.sql.cache import SqlEmbeddingCache
+from memsvc.storage.sql.eventlog import SqlEventLog
+from memsvc.storage.sql.queue import SqlIndexQueue
+from memsvc.storage.sqlite.database import SqliteDatabase
+from memsvc.storage.sqlite.locks import ConversationLocks
+from memsvc.storage.sqlite.schema import CACHE_MIGRATIONS, LOG_MIGRATIONS, migrate
+
+LOG_FILE = "events.sqlite"
+CACHE_FILE = "embed_cache.sqlite"
+
+
+def open_log(data_dir: Path) -> tuple[SqlEventLog, SqlIndexQueue, ConversationLocks]:
+    database = SqliteDatabase(data_dir / LOG_FILE, synchronous="FULL")
+    with database.transaction() as sql:
+        migrate(sql, LOG_MIGRATIONS, f"event log {database.path}")
+    return SqlEventLog(database), SqlIndexQueue(database), ConversationLocks()
+
+
+def open_cache(data_dir: Path) -> SqlEmbeddingCache:
+    database = SqliteDatabase(data_dir / CACHE_FILE, synchronous="NORMAL")
+    with database.transaction() as sql:
+        migrate(sql, CACHE_MIGRATIONS, f"embedding cache {database.path}")
+    return SqlEmbeddingCache(database)

@@ -1,0 +1,142 @@
+"""SQLite schemas of the event log and the embedding cache, with forward migrations.
+
+`schema_version` holds the version a database is at; each migration moves it up by one,
+in the same transaction as its changes. A database written by a newer memsvc is refused
+(its schema may mean things this code does not know). Databases from before the version
+table (memsvc <= 040bf11) are recognised by their tables and brought to version 1."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from memsvc.storage.sql.connection import Sql
+
+Migration = Callable[[Sql], None]
+
+
+class SchemaTooNew(RuntimeError):
+    pass
+
+
+_LOG_V1 = """
+CREATE TABLE IF NOT EXISTS events (
+    conversation_id TEXT NOT NULL,
+    turn_id INTEGER NOT NULL,
+    speaker TEXT NOT NULL,
+    speaker_name TEXT NOT NULL,
+    text TEXT NOT NULL,
+    clean_text TEXT NOT NULL,
+    timestamp TEXT NOT NULL,
+    participants TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    deleted INTEGER NOT NULL DEFAULT 0,
+    purged INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (conversation_id, turn_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS layout (
+    chunk_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    chunk_version INTEGER NOT NULL,
+    start_turn INTEGER NOT NULL,
+    end_turn INTEGER NOT NULL,
+    source_hash TEXT NOT NULL,
+    text_hash TEXT NOT NULL,
+    deleted INTEGER NOT NULL DEFAULT 0,
+    indexed INTEGER NOT NULL DEFAULT 0,
+    content_hash TEXT NOT NULL DEFAULT ''
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS layout_conv ON layout (conversation_id, chunk_version);
+CREATE TABLE IF NOT EXISTS chunk_texts (
+    conversation_id TEXT NOT NULL,
+    text_hash TEXT NOT NULL,
+    start_turn INTEGER NOT NULL,
+    end_turn INTEGER NOT NULL,
+    PRIMARY KEY (conversation_id, text_hash)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS superseded (
+    chunk_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    pending INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS superseded_conv ON superseded (conversation_id, pending);
+CREATE TABLE IF NOT EXISTS store_versions (
+    conversation_id TEXT NOT NULL,
+    chunk_version INTEGER NOT NULL,
+    complete INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (conversation_id, chunk_version)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS index_queue (
+    conversation_id TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    chunk_version INTEGER NOT NULL,
+    dirty INTEGER NOT NULL DEFAULT 0,
+    leased_dirty INTEGER NOT NULL DEFAULT 0,
+    lease_until REAL NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL NOT NULL DEFAULT 0,
+    last_error TEXT NOT NULL DEFAULT '',
+    last_indexed_turn INTEGER NOT NULL DEFAULT -1,
+    reindex INTEGER NOT NULL DEFAULT 0,
+    pending_since REAL NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+"""
+
+# Columns added to the first releases' tables before the version table existed.
+_LEGACY_COLUMNS = (
+    ("events", "purged", "INTEGER NOT NULL DEFAULT 0"),
+    ("layout", "content_hash", "TEXT NOT NULL DEFAULT ''"),
+    ("index_queue", "pending_since", "REAL NOT NULL DEFAULT 0"),
+)
+
+
+def _script(sql: Sql, script: str) -> None:
+    for statement in script.split(";"):
+        if statement.strip():
+            sql.run(statement)
+
+
+def _log_v1(sql: Sql) -> None:
+    for table, column, definition in _LEGACY_COLUMNS:
+        if sql.one("SELECT 1 FROM pragma_table_info(?)", (table,)) is None:
+            continue  # a new database: the schema below creates it whole
+        if sql.one("SELECT 1 FROM pragma_table_info(?) WHERE name = ?", (table, column)) is None:
+            sql.run(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+    _script(sql, _LOG_V1)
+
+
+LOG_MIGRATIONS: tuple[Migration, ...] = (_log_v1,)
+
+
+def _cache_v1(sql: Sql) -> None:
+    sql.run(
+        "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, text_hash TEXT NOT NULL,"
+        " vector BLOB NOT NULL, PRIMARY KEY (model, text_hash)) WITHOUT ROWID"
+    )
+
+
+CACHE_MIGRATIONS: tuple[Migration, ...] = (_cache_v1,)
+
+
+def migrate(sql: Sql, migrations: Sequence[Migration], what: str) -> int:
+    """Brings the database (in the caller's transaction) to the newest version; returns it."""
+    sql.run(
+        "CREATE TABLE IF NOT EXISTS schema_version (id INTEGER PRIMARY KEY CHECK (id = 1),"
+        " version INTEGER NOT NULL)"
+    )
+    row = sql.one("SELECT version FROM schema_version WHERE id = 1")
+    current = int(row[0]) if row else 0
+    if current > len(migrations):
+        raise SchemaTooNew(
+            f"the {what} is at schema version {current}, newer than this memsvc knows"
+            f" ({len(migrations)}): run the memsvc version that wrote it, or restore a backup"
+        )
+    for version in range(current + 1, len(migrations) + 1):
+        migrations[version - 1](sql)
+    if current < len(migrations):
+        sql.run(
+            "INSERT INTO schema_version (id, version) VALUES (1, ?)"
+            " ON CONFLICT (id) DO UPDATE SET version = excluded.version",
+            (len(migrations),),
+        )
+    return len(migrations)

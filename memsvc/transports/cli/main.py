@@ -1,0 +1,100 @@
+"""`memsvc serve` (flags override MEMSVC_* environment variables), `memsvc health`, and
+the client commands of memsvc.transports.cli.client."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+
+from memsvc.config import Settings
+from memsvc.observability.logs import configure_logging
+from memsvc.transports.cli.client import add_client_commands, run_client
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memsvc", description="conversation-memory sidecar")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("health", help="exit 0 if the local server is SERVING (for HEALTHCHECK)")
+    serve = sub.add_parser("serve", help="run the gRPC server")
+    serve.add_argument("--listen", help="HOST:PORT (env MEMSVC_LISTEN, default 127.0.0.1:50051)")
+    serve.add_argument("--data-dir", help="data directory (env MEMSVC_DATA_DIR, default ./data)")
+    serve.add_argument("--milvus-uri", help="Milvus server URI (env MEMSVC_MILVUS_URI)")
+    serve.add_argument("--collection", help="Milvus collection (env MEMSVC_COLLECTION)")
+    serve.add_argument("--embed-model", help="hub id or directory (env MEMSVC_EMBED_MODEL)")
+    serve.add_argument(
+        "--embed-fallback",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fall back to the bundled MiniLM model (env MEMSVC_EMBED_FALLBACK, default on)",
+    )
+    serve.add_argument(
+        "--max-turn-chars", type=int, help="characters per turn (MEMSVC_MAX_TURN_CHARS)"
+    )
+    serve.add_argument("--chunk-version", type=int, help="default chunk_version")
+    serve.add_argument("--chunk-max-turns", type=int, help="turns per chunk window at most")
+    serve.add_argument("--chunk-overlap-turns", type=int, help="turns shared by neighbours")
+    serve.add_argument("--auth-tokens-file", help="'ROLE TOKEN' lines (MEMSVC_AUTH_TOKENS_FILE)")
+    serve.add_argument(
+        "--reflection",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="gRPC reflection (MEMSVC_REFLECTION; default on, off with auth)",
+    )
+    serve.add_argument("--tls-cert-file", help="PEM certificate chain (MEMSVC_TLS_CERT_FILE)")
+    serve.add_argument("--tls-key-file", help="PEM private key (MEMSVC_TLS_KEY_FILE)")
+    serve.add_argument(
+        "--tls-client-ca-file", help="require client certificates (MEMSVC_TLS_CLIENT_CA_FILE)"
+    )
+    serve.add_argument(
+        "--allow-insecure",
+        action="store_true",
+        default=None,
+        help="listen beyond loopback without tokens (MEMSVC_ALLOW_INSECURE)",
+    )
+    serve.add_argument(
+        "--metrics-listen", help="Prometheus HOST:PORT, empty = off (MEMSVC_METRICS_LISTEN)"
+    )
+    serve.add_argument("--log-format", choices=["auto", "json", "console"])
+    serve.add_argument("--log-level")
+    add_client_commands(sub)
+    return parser
+
+
+def settings_from_args(argv: list[str] | None = None) -> Settings:
+    return _settings(_parser().parse_args(argv))
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {
+        k: v for k, v in vars(args).items() if k != "command" and v is not None
+    }
+    return Settings(**overrides)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.command == "health":
+        from memsvc.transports.cli.probe import check_health
+
+        raise SystemExit(0 if check_health() else 1)
+    if args.command != "serve":
+        raise SystemExit(run_client(args))
+    try:
+        settings = _settings(args)
+    except ValidationError as exc:
+        print(f"memsvc: invalid settings:\n{exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    configure_logging(settings.log_format, settings.log_level)
+    # tqdm reads this when imported: FlagEmbedding's progress bars stay off in a server.
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    from memsvc.transports.grpc.server import serve
+
+    serve(settings)
+
+
+if __name__ == "__main__":
+    main()

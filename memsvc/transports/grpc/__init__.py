@@ -1,0 +1,3 @@
+"""gRPC transport: `convert` (protobuf <-> domain types), `status` (domain errors <-> status
+codes and rich details), `servicer` (the handlers), `server` (listening and life cycle),
+`auth` (bearer tokens and roles), `admission` (concurrency limits per kind of call)."""

@@ -1,0 +1,253 @@
+"""The gRPC server: listen early (health NOT_SERVING while the model loads), interceptors,
+health and reflection, TLS, and `memsvc serve`'s life cycle."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from memsvc.app import Services, build_services
+from memsvc.config import Settings
+from memsvc.observability import metrics
+from memsvc.transports.grpc.auth import AuthInterceptor, TokenFileError, TokenTable, is_loopback
+from memsvc.transports.grpc.servicer import MemoryServicer
+from memsvc.transports.grpc.status import rich_status
+from memsvc.v1 import memory_pb2 as pb
+from memsvc.v1 import memory_pb2_grpc as pb_grpc
+
+log = structlog.get_logger(__name__)
+
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["MemoryService"].full_name
+# grpcio-reflection serves v1alpha only; v1 (what current grpcurl, Postman and the other
+# languages' tools ask first) is the same protocol under another name, served alongside.
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+
+
+def _enable_reflection(server: grpc.Server) -> None:
+    """Server reflection under v1alpha and v1 (identical messages, different service)."""
+    from grpc_reflection.v1alpha import reflection_pb2 as rpb
+    from grpc_reflection.v1alpha import reflection_pb2_grpc
+
+    names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME, REFLECTION_V1)
+    servicer = reflection.ReflectionServicer(names)
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
+    v1 = grpc.method_handlers_generic_handler(
+        REFLECTION_V1,
+        {
+            "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
+                servicer.ServerReflectionInfo,
+                request_deserializer=rpb.ServerReflectionRequest.FromString,
+                response_serializer=rpb.ServerReflectionResponse.SerializeToString,
+            )
+        },
+    )
+    server.add_generic_rpc_handlers((v1,))
+
+
+@dataclass
+class RunningServer:
+    server: grpc.Server
+    port: int
+    servicer: MemoryServicer
+    health: health.HealthServicer
+
+    def mark_ready(self, services: Services) -> None:
+        self.servicer.attach(services)
+        self.set_serving(services.store.up)
+        # NOT_SERVING while the vector store is down, SERVING again once it is back.
+        services.store_watch.on_change(self.set_serving)
+
+    def set_serving(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, status)
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Health NOT_SERVING at once, new calls refused, calls in flight get `grace`
+        seconds; returns when their handlers have finished (or `grace` + 10 s)."""
+        self.set_serving(False)
+        self.server.stop(grace).wait()
+        if not self.servicer.in_flight.wait_idle(10.0):
+            log.warning("shutdown_handlers_still_running")
+
+
+class _Undecodable:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """A request that does not decode (invalid UTF-8 in a string field, a malformed
+    message) is the caller's error, INVALID_ARGUMENT, not gRPC's default INTERNAL."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        handler: Any = continuation(details)  # a namedtuple at run time (_replace)
+        if handler is None or not handler.unary_unary or handler.request_deserializer is None:
+            return handler  # type: ignore[no-any-return]
+        decode = handler.request_deserializer
+        behavior = handler.unary_unary
+
+        def safe_decode(data: bytes) -> Any:
+            try:
+                return decode(data)
+            except Exception as exc:
+                return _Undecodable(exc)
+
+        def checked(request: Any, context: grpc.ServicerContext) -> Any:
+            if isinstance(request, _Undecodable):
+                description = (
+                    "does not decode as the method's message (invalid UTF-8 in a string"
+                    f" field, or a malformed message): {request.error}"[:500]
+                )
+                context.abort_with_status(
+                    rich_status(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"request: {description}",
+                        violations=[("request", description)],
+                    )
+                )
+            return behavior(request, context)
+
+        replaced: Handler = handler._replace(request_deserializer=safe_decode, unary_unary=checked)
+        return replaced
+
+
+def start_server(
+    listen: str,
+    workers: int = 16,
+    max_waiting_calls: int = 4,
+    max_heavy_calls: int = 4,
+    tokens: TokenTable | None = None,
+    credentials: grpc.ServerCredentials | None = None,
+    reflection_on: bool | None = None,
+) -> RunningServer:
+    """Listen now (health NOT_SERVING, RPCs UNAVAILABLE) so probes work during model load.
+    With `tokens`, MemoryService calls need a bearer token (health stays open) and
+    reflection is off unless `reflection_on`."""
+    interceptors: list[Any] = [DecodeGuard()]
+    if tokens is not None:
+        # the auth check runs on the decoded request, inside the decode guard
+        interceptors.append(AuthInterceptor(tokens))
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
+        interceptors=interceptors,
+        options=[
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ],
+    )
+    servicer = MemoryServicer(max_waiting_calls, max_heavy_calls)
+    pb_grpc.add_MemoryServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if reflection_on if reflection_on is not None else tokens is None:
+        _enable_reflection(server)
+    if credentials is not None:
+        port = server.add_secure_port(listen, credentials)
+    else:
+        port = server.add_insecure_port(listen)
+    if port == 0:
+        raise RuntimeError(f"cannot listen on {listen}")
+    server.start()
+    return RunningServer(server, port, servicer, health_servicer)
+
+
+def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        return None
+    ca = settings.tls_client_ca_file
+    return grpc.ssl_server_credentials(
+        [(settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes())],
+        root_certificates=ca.read_bytes() if ca is not None else None,
+        require_client_auth=ca is not None,
+    )
+
+
+def check_exposure(settings: Settings) -> None:
+    """Refuse to serve beyond loopback with nobody authenticated, unless told to."""
+    if is_loopback(settings.listen) or settings.auth_tokens_file or settings.allow_insecure:
+        return
+    raise SystemExit(
+        f"memsvc: refusing to listen on {settings.listen} without authentication: anyone who"
+        " can reach it could read and erase every conversation. Set MEMSVC_AUTH_TOKENS_FILE"
+        " (--auth-tokens-file) to a file of 'ROLE TOKEN' lines (and TLS with"
+        " MEMSVC_TLS_CERT_FILE / MEMSVC_TLS_KEY_FILE), listen on 127.0.0.1, or set"
+        " MEMSVC_ALLOW_INSECURE=true (--allow-insecure) if a network policy protects it."
+    )
+
+
+def serve(settings: Settings) -> None:
+    """`memsvc serve`: listen, load model and store, serve until SIGINT/SIGTERM."""
+    check_exposure(settings)
+    # Everything the service writes (event log, cache, Milvus Lite files) is private.
+    os.umask(0o077)
+    try:
+        tokens = TokenTable(settings.auth_tokens_file) if settings.auth_tokens_file else None
+    except TokenFileError as exc:
+        raise SystemExit(f"memsvc: auth tokens file: {exc}") from None
+    running = start_server(
+        settings.listen,
+        settings.grpc_workers,
+        settings.max_waiting_calls,
+        settings.max_heavy_calls,
+        tokens=tokens,
+        credentials=server_credentials(settings),
+        reflection_on=settings.reflection,
+    )
+    host = settings.listen.rpartition(":")[0]
+    log.info(
+        "listening",
+        address=f"{host}:{running.port}",
+        health="NOT_SERVING until ready",
+        auth=tokens is not None,
+        tls=settings.tls_cert_file is not None,
+        mtls=settings.tls_client_ca_file is not None,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    if tokens is not None:
+        # token rotation without a restart
+        signal.signal(signal.SIGHUP, lambda *_: tokens.reload())
+    try:
+        services = build_services(settings)
+    except Exception:
+        running.stop(0)
+        raise
+    running.mark_ready(services)
+    metrics.SERVICE_GAUGES.read = services.gauges
+    if settings.metrics_listen:
+        metrics_port = metrics.serve_metrics(settings.metrics_listen)
+        log.info("metrics", address=f"{settings.metrics_listen.rpartition(':')[0]}:{metrics_port}")
+    log.info("serving", address=f"{host}:{running.port}", model=services.embedder.name)
+    # A signal may be delivered to any thread (ONNX Runtime's and torch's pools do not block
+    # them), and Python runs its handlers in the main thread only between bytecodes: a single
+    # blocking wait here could sleep through SIGHUP or SIGTERM. Wait in short steps.
+    while not stop.wait(0.2):
+        pass
+    log.info("shutting_down", grace_s=settings.shutdown_grace_s)
+    running.stop(settings.shutdown_grace_s)
+    services.close()
+    log.info("stopped")

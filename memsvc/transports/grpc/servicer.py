@@ -1,0 +1,330 @@
+"""MemoryService handlers: convert the request, call the core, convert the answer; one
+log line and one metric sample per call, domain errors mapped to status codes."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+
+from memsvc.app import Services
+from memsvc.domain.errors import InvalidArgument, Starting
+from memsvc.domain.types import SearchRequest, TurnRange
+from memsvc.observability import metrics
+from memsvc.transports.grpc.admission import Gate
+from memsvc.transports.grpc.convert import (
+    MODES,
+    MODES_PB,
+    errors_to_pb,
+    event_from_pb,
+    filters_from_pb,
+    index_status_to_pb,
+    metadata_to_pb,
+    record_from_pb,
+    record_to_pb,
+)
+from memsvc.transports.grpc.status import code_of, status_of
+from memsvc.v1 import memory_pb2 as pb
+from memsvc.v1 import memory_pb2_grpc as pb_grpc
+
+log = structlog.get_logger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
+    """Maps domain errors to status codes and logs method, code, duration and counts
+    (never conversation text)."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: MemoryServicer, request: Any, context: grpc.ServicerContext) -> Any:
+            start = time.perf_counter()
+            code = grpc.StatusCode.OK
+            counts: dict[str, Any] = {}
+            self.in_flight.enter()
+            try:
+                response = fn(self, request, context)
+                counts = summary(response)
+                return response
+            except Exception as exc:
+                code, message = code_of(exc)
+                if code is grpc.StatusCode.INTERNAL:
+                    log.exception("rpc_internal_error", method=fn.__name__)
+                context.abort_with_status(status_of(code, message, exc))
+            finally:
+                self.in_flight.leave()
+                elapsed = time.perf_counter() - start
+                metrics.RPC_DURATION.labels(fn.__name__, code.name).observe(elapsed)
+                log.info(
+                    "rpc",
+                    method=fn.__name__,
+                    code=code.name,
+                    duration_ms=round(elapsed * 1000, 2),
+                    **counts,
+                )
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+class InFlight:
+    """Counts RPC handlers running, so shutdown closes the store only after the last one
+    (gRPC's stop(grace) cancels calls at the deadline but cannot stop their threads)."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._idle = threading.Condition()
+
+    def enter(self) -> None:
+        with self._idle:
+            self._count += 1
+
+    def leave(self) -> None:
+        with self._idle:
+            self._count -= 1
+            if self._count == 0:
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: self._count == 0, timeout_s)
+
+
+class MemoryServicer(pb_grpc.MemoryServiceServicer):
+    """Thin: converts, calls the core, converts back."""
+
+    def __init__(self, max_waiting_calls: int = 4, max_heavy_calls: int = 4) -> None:
+        self._services: Services | None = None
+        self.in_flight = InFlight()
+        self.waiting = Gate("WaitForIndexed", max_waiting_calls)
+        self.heavy = Gate("heavy (Build/Upsert/EmbedBatch/Delete/Purge)", max_heavy_calls)
+
+    def attach(self, services: Services) -> None:
+        self._services = services
+
+    @property
+    def core(self) -> Services:
+        if self._services is None:
+            raise Starting("starting up: model and store are loading")
+        return self._services
+
+    @rpc(lambda r: {"chunks": len(r.chunks), "superseded": len(r.superseded_chunk_ids)})
+    def BuildIncrementalChunks(
+        self, request: pb.BuildIncrementalChunksRequest, context: grpc.ServicerContext
+    ) -> pb.BuildIncrementalChunksResponse:
+        with self.heavy.enter():
+            result = self.core.ingest.build(
+                [event_from_pb(e) for e in request.events],
+                chunk_version=request.chunk_version,
+                allow_gaps=request.allow_gaps,
+                conversation_id=request.conversation_id,
+            )
+        response = pb.BuildIncrementalChunksResponse(
+            conversation_id=result.conversation_id,
+            chunks=[record_to_pb(c) for c in result.chunks],
+            superseded_chunk_ids=result.superseded_chunk_ids,
+        )
+        if result.turn_range is not None:
+            response.turn_range.start = result.turn_range.start
+            response.turn_range.end = result.turn_range.end
+        return response
+
+    @rpc(
+        lambda r: {
+            "upserted": r.upserted,
+            "updated": r.updated,
+            "unchanged": r.unchanged,
+            "retired": r.retired,
+            "errors": len(r.errors),
+        }
+    )
+    def UpsertVectorRecords(
+        self, request: pb.UpsertVectorRecordsRequest, context: grpc.ServicerContext
+    ) -> pb.UpsertVectorRecordsResponse:
+        with self.heavy.enter():
+            result = self.core.ingest.upsert([record_from_pb(r) for r in request.records])
+        return pb.UpsertVectorRecordsResponse(
+            upserted=result.upserted,
+            updated=result.updated,
+            unchanged=result.unchanged,
+            retired=result.retired,
+            errors=errors_to_pb(result.errors),
+        )
+
+    @rpc(lambda r: {"deleted": r.deleted, "events_deleted": r.events_deleted})
+    def LogicalDeleteBySource(
+        self, request: pb.LogicalDeleteBySourceRequest, context: grpc.ServicerContext
+    ) -> pb.LogicalDeleteBySourceResponse:
+        span = (
+            TurnRange(request.turn_range.start, request.turn_range.end)
+            if request.HasField("turn_range")
+            else None
+        )
+        with self.heavy.enter():
+            result = self.core.deletion.delete(
+                request.conversation_id, span, list(request.chunk_ids)
+            )
+        return pb.LogicalDeleteBySourceResponse(
+            deleted=result.deleted,
+            events_deleted=result.events_deleted,
+            errors=errors_to_pb(result.errors),
+        )
+
+    @rpc(lambda r: {"dim": r.dim})
+    def EmbedChunk(
+        self, request: pb.EmbedChunkRequest, context: grpc.ServicerContext
+    ) -> pb.EmbedChunkResponse:
+        core = self.core
+        vector = core.search.embed_query(request.query)
+        return pb.EmbedChunkResponse(
+            vector=vector.tolist(), model=core.embedder.name, dim=core.embedder.dim
+        )
+
+    @rpc(lambda r: {"vectors": len(r.vectors)})
+    def EmbedBatch(
+        self, request: pb.EmbedBatchRequest, context: grpc.ServicerContext
+    ) -> pb.EmbedBatchResponse:
+        core = self.core
+        with self.heavy.enter():
+            matrix = core.search.embed_batch(
+                list(request.texts), request.is_query, context.is_active
+            )
+        return pb.EmbedBatchResponse(
+            vectors=[pb.Vector(values=row.tolist()) for row in matrix],
+            model=core.embedder.name,
+            dim=core.embedder.dim,
+        )
+
+    @rpc(lambda r: {"hits": len(r.hits), "top_k": r.top_k})
+    def EmbedDb(
+        self, request: pb.EmbedDbRequest, context: grpc.ServicerContext
+    ) -> pb.EmbedDbResponse:
+        if request.mode not in (pb.SEARCH_MODE_UNSPECIFIED, *MODES):
+            raise InvalidArgument("mode", f"unknown search mode {request.mode}")
+        mode, top_k, hits = self.core.search.search(
+            SearchRequest(
+                query_text=request.query_text,
+                top_k=request.top_k,
+                filters=filters_from_pb(request.filters),
+                mode=MODES.get(request.mode),
+                mmr_lambda=request.mmr_lambda,
+            )
+        )
+        return pb.EmbedDbResponse(
+            query_text=request.query_text,
+            top_k=top_k,
+            mode=MODES_PB[mode],
+            hits=[
+                pb.Hit(
+                    chunk_id=h.chunk_id,
+                    score=h.score,
+                    text=h.text,
+                    metadata=metadata_to_pb(h.metadata),
+                )
+                for h in hits
+            ],
+        )
+
+    @rpc(lambda r: {"chunks": len(r.chunks)})
+    def ListChunks(
+        self, request: pb.ListChunksRequest, context: grpc.ServicerContext
+    ) -> pb.ListChunksResponse:
+        page = self.core.ingest.list_chunks(
+            request.conversation_id,
+            request.include_deleted,
+            request.page_size,
+            request.page_token,
+            request.chunk_version,
+        )
+        return pb.ListChunksResponse(
+            chunks=[record_to_pb(c) for c in page.chunks], next_page_token=page.next_page_token
+        )
+
+    @rpc(lambda r: {"retired": r.retired})
+    def RetireChunkVersion(
+        self, request: pb.RetireChunkVersionRequest, context: grpc.ServicerContext
+    ) -> pb.RetireChunkVersionResponse:
+        retired = self.core.deletion.retire_version(request.conversation_id, request.chunk_version)
+        return pb.RetireChunkVersionResponse(retired=retired)
+
+    @rpc(lambda r: {"chunks_purged": r.chunks_purged, "events_purged": r.events_purged})
+    def PurgeDeleted(
+        self, request: pb.PurgeDeletedRequest, context: grpc.ServicerContext
+    ) -> pb.PurgeDeletedResponse:
+        with self.heavy.enter():
+            chunks, events = self.core.deletion.purge_deleted(
+                request.conversation_id, request.all_conversations
+            )
+        return pb.PurgeDeletedResponse(chunks_purged=chunks, events_purged=events)
+
+    # -- asynchronous ingestion -------------------------------------------------------------
+    @rpc(lambda r: {"accepted": r.accepted, "duplicates": r.duplicates, "errors": len(r.errors)})
+    def AppendEvents(
+        self, request: pb.AppendEventsRequest, context: grpc.ServicerContext
+    ) -> pb.AppendEventsResponse:
+        core = self.core
+        result = core.ingest.append([event_from_pb(e) for e in request.events], request.allow_gaps)
+        if result.accepted:
+            core.worker.notify()
+        return pb.AppendEventsResponse(
+            accepted=result.accepted,
+            duplicates=result.duplicates,
+            errors=errors_to_pb(result.errors),
+        )
+
+    @rpc(lambda r: {"conversations": len(r.conversations), "backlog": r.total_backlog})
+    def GetIndexStatus(
+        self, request: pb.GetIndexStatusRequest, context: grpc.ServicerContext
+    ) -> pb.GetIndexStatusResponse:
+        control = self.core.control
+        items = control.status(list(request.conversation_ids))
+        totals = control.totals(None if request.conversation_ids else items)
+        return pb.GetIndexStatusResponse(
+            conversations=[index_status_to_pb(i) for i in items],
+            total_conversations=totals.conversations,
+            total_backlog=totals.backlog,
+            pending=totals.pending,
+            indexing=totals.indexing,
+            failed=totals.failed,
+            paused=totals.paused,
+        )
+
+    @rpc(lambda r: {"indexed": r.indexed})
+    def WaitForIndexed(
+        self, request: pb.WaitForIndexedRequest, context: grpc.ServicerContext
+    ) -> pb.WaitForIndexedResponse:
+        with self.waiting.enter():
+            item = self.core.control.wait(
+                request.conversation_id,
+                request.turn_id,
+                request.timeout_ms,
+                context.time_remaining(),
+                context.is_active,
+            )
+        return pb.WaitForIndexedResponse(
+            indexed=item.indexed_through(request.turn_id), status=index_status_to_pb(item)
+        )
+
+    @rpc(lambda r: {"paused": r.paused})
+    def SetIndexingPaused(
+        self, request: pb.SetIndexingPausedRequest, context: grpc.ServicerContext
+    ) -> pb.SetIndexingPausedResponse:
+        control = self.core.control
+        control.set_paused(request.paused)
+        return pb.SetIndexingPausedResponse(paused=control.paused)
+
+    @rpc(lambda r: {"queued": r.queued})
+    def Reindex(
+        self, request: pb.ReindexRequest, context: grpc.ServicerContext
+    ) -> pb.ReindexResponse:
+        queued = self.core.control.request_reindex(
+            list(request.conversation_ids), request.all, request.chunk_version, request.cancel
+        )
+        return pb.ReindexResponse(queued=queued)
