@@ -53,7 +53,9 @@ class Settings(BaseSettings):
     chunk_version: int = Field(1, ge=1, description="default chunk_version")
     chunk_max_turns: int = Field(4, ge=1, le=64, description="turns per window at most")
     chunk_overlap_turns: int = Field(2, ge=0, le=63, description="turns shared by neighbours")
-    chunk_max_tokens: int = Field(512, ge=64, le=8192, description="model tokens per chunk")
+    chunk_max_tokens: int = Field(
+        512, ge=192, le=8192, description="model tokens per chunk (64 go to the prefix)"
+    )
     search_default_mode: Literal["dense", "keyword", "hybrid"] = "hybrid"
     search_fusion: Literal["score", "rrf"] = Field(
         "score",
@@ -86,6 +88,20 @@ class Settings(BaseSettings):
     index_batch_conversations: int = Field(8, ge=1, le=256, description="leased per cycle")
     index_max_attempts: int = Field(5, ge=1, le=100)
     index_backoff_s: float = Field(1.0, gt=0, description="first retry delay, doubled each time")
+    index_lease_s: float = Field(
+        30.0,
+        ge=1,
+        le=3600,
+        description="a worker's hold on a conversation; renewed while it works, taken over"
+        " by another worker once it lapses",
+    )
+    build_grace_s: float = Field(
+        30.0,
+        ge=0,
+        le=86_400,
+        description="turns built synchronously are left to the caller's upsert this long"
+        " before the index worker stores them itself",
+    )
     auth_tokens_file: Path | None = Field(
         None, description="file of 'ROLE TOKEN' lines; set = every MemoryService call needs a token"
     )

@@ -21,6 +21,7 @@ import numpy as np
 from memsvc.domain.chunking import StoredTurn
 from memsvc.domain.records import (
     Candidate,
+    Conversation,
     EventRow,
     LayoutRow,
     ModelInfo,
@@ -43,6 +44,11 @@ class LogReader(Protocol):
     # events
     def events(self, conversation_id: str, turn_ids: Iterable[int]) -> dict[int, EventRow]: ...
 
+    def seq_through(self, conversation_id: str, turn_id: int) -> int | None:
+        """The latest work sequence number among the turns up to `turn_id` (None: that turn
+        was never written)."""
+        ...
+
     def turn_stats(self, conversation_id: str) -> tuple[int, int, int]:
         """(min turn_id, max turn_id, count) over all stored events, deleted included."""
         ...
@@ -55,7 +61,9 @@ class LogReader(Protocol):
 
     def deleted_turn_ids(self, conversation_id: str) -> list[int]: ...
 
-    def conversations(self) -> list[str]: ...
+    def conversations(self) -> list[str]:
+        """Conversations with events."""
+        ...
 
     def conversations_with_deleted(self) -> list[str]:
         """Conversations with deleted turns not yet purged, or deleted layout rows."""
@@ -63,6 +71,19 @@ class LogReader(Protocol):
 
     def event_texts(self) -> list[tuple[str, int, str]]:
         """(conversation, turn, clean text) of every event."""
+        ...
+
+    # conversations: versions and projection work
+    def conversation(self, conversation_id: str) -> Conversation | None: ...
+
+    def conversation_ids(self, prefixes: Sequence[str] = ()) -> list[str]:
+        """Conversations with a row (events or work), all or those under the prefixes."""
+        ...
+
+    def active_versions_of_multi(
+        self, conversation_ids: Sequence[str] = ()
+    ) -> dict[int, list[str]]:
+        """Conversations with chunks of several versions, by the version searches read."""
         ...
 
     # layout
@@ -76,20 +97,26 @@ class LogReader(Protocol):
 
     def layout_versions(self, conversation_id: str) -> list[int]: ...
 
-    # superseded tails
+    def first_unindexed_turn(self, conversation_id: str, version: int) -> int | None:
+        """The first turn of a live layout row of the version not in the store (None: all)."""
+        ...
+
+    def history_spans(self, conversation_id: str, chunk_ids: Sequence[str]) -> dict[str, Span]:
+        """Turn spans of any chunk ids the conversation ever had (superseded ones too)."""
+        ...
+
+    # superseded tails, pending erasures
     def superseded_among(self, chunk_ids: Sequence[str]) -> set[str]: ...
 
     def pending_superseded(self, conversation_id: str) -> list[str]: ...
 
-    # chunk versions present in the store
-    def complete_versions(self, conversation_id: str) -> list[int]: ...
-
-    def multi_version_latest(self, conversation_ids: Sequence[str] = ()) -> dict[str, int]:
-        """Newest complete version of each conversation that has several versions stored."""
+    def waiting_superseded(self, chunk_ids: Sequence[str]) -> set[str]:
+        """Those of the ids that are superseded tails not yet removed from the store."""
         ...
 
-    # the index queue's row of a conversation
-    def queued_version(self, conversation_id: str) -> int | None: ...
+    def erasures(self) -> list[str]:
+        """Text hashes whose cached vectors a purge must still forget."""
+        ...
 
 
 class LogWriter(LogReader, Protocol):
@@ -101,14 +128,52 @@ class LogWriter(LogReader, Protocol):
         """A nested all-or-nothing part: an exception inside undoes only this part."""
         ...
 
-    # events
-    def put_events(self, events: Iterable[EventRow]) -> None: ...
+    # conversations: every log change the store must reflect records its work here
+    def open_conversation(self, conversation_id: str, version: int) -> Conversation:
+        """The conversation's row, created with `version` active if it has none."""
+        ...
 
-    def mark_events_deleted(self, conversation_id: str, spans: Sequence[Span] | None) -> int:
+    def record_change(
+        self,
+        conversation_id: str,
+        *,
+        turns: int = 0,
+        reconcile: bool = False,
+        delay_s: float = 0.0,
+    ) -> int:
+        """New projection work; returns the sequence number the change's events carry."""
+        ...
+
+    def set_planned(self, conversation_id: str, version: int, seq: int) -> None: ...
+
+    def start_building(self, conversation_id: str, version: int) -> None: ...
+
+    def stop_building(self, conversation_id: str) -> None: ...
+
+    def switch_version(self, conversation_id: str) -> None: ...
+
+    def settle(
+        self,
+        conversation_id: str,
+        *,
+        done_seq: int,
+        reconciled_seq: int,
+        progress_seq: int,
+        last_indexed_turn: int,
+    ) -> Conversation: ...
+
+    def forget_conversation(self, conversation_id: str) -> None: ...
+
+    # events
+    def put_events(self, events: Iterable[EventRow], seq: int) -> None: ...
+
+    def mark_events_deleted(
+        self, conversation_id: str, spans: Sequence[Span] | None, seq: int
+    ) -> int:
         """Marks the events in the spans (None = every turn) deleted; returns how many."""
         ...
 
-    def purge_events(self, conversation_id: str) -> list[int]:
+    def purge_events(self, conversation_id: str, seq: int) -> list[int]:
         """Erases the text of deleted turns (tombstones stay); returns the turns erased."""
         ...
 
@@ -134,36 +199,24 @@ class LogWriter(LogReader, Protocol):
         """(chunk_id, text_hash) now in the vector store with that text."""
         ...
 
+    def unmark_indexed(self, chunk_ids: Iterable[str]) -> None: ...
+
     def reset_indexed(self, conversation_id: str, version: int) -> None: ...
 
     def forget_store(self) -> None:
         """The vector store changed (new collection or model): nothing in it is known."""
         ...
 
-    # superseded tails
+    # superseded tails, pending erasures
     def add_superseded(self, conversation_id: str, chunk_ids: Iterable[str]) -> None: ...
 
     def clear_superseded(self, chunk_ids: Iterable[str]) -> None: ...
 
     def superseded_done(self, chunk_ids: Iterable[str]) -> None: ...
 
-    # chunk versions present in the store
-    def add_store_versions(self, pairs: Iterable[tuple[str, int]], complete: bool) -> None: ...
+    def add_erasures(self, text_hashes: Iterable[str]) -> None: ...
 
-    def remove_store_version(self, conversation_id: str, version: int) -> None: ...
-
-    # the index queue's rows
-    def enqueue(
-        self, conversation_id: str, dirty: int, chunk_version: int, reindex: bool = False
-    ) -> None:
-        """New work for a conversation; a failed one is retried from scratch."""
-        ...
-
-    def stop_reindex(self, conversation_id: str, version: int) -> None: ...
-
-    def advance_indexed(self, conversation_id: str) -> None:
-        """Chunks were stored outside the worker: move the indexed watermark up."""
-        ...
+    def clear_erasures(self, text_hashes: Iterable[str]) -> None: ...
 
 
 class EventLog(Protocol):
@@ -173,29 +226,54 @@ class EventLog(Protocol):
 
     def transaction(self) -> AbstractContextManager[LogWriter]: ...
 
+    def erase(self) -> None:
+        """Leave no deleted content in the log's files (after a purge; at a clean stop)."""
+        ...
+
     def close(self) -> None: ...
 
 
 class IndexQueue(Protocol):
-    """What the background worker has to do, per conversation, leased with expiry."""
+    """Conversations with projection work, leased by workers with expiry and fencing."""
 
-    def lease(self, now: float, lease_s: float, limit: int) -> list[QueueItem]: ...
+    def lease(
+        self, now: float | None, lease_s: float, limit: int, owner: str = ""
+    ) -> list[QueueItem]:
+        """`now`: the caller's clock, or None for the database's."""
+        ...
 
-    def complete(self, conversation_id: str, indexed_turn: int, again: bool = False) -> None: ...
+    def renew(
+        self, items: Sequence[QueueItem], lease_s: float, now: float | None = None
+    ) -> int: ...
+
+    def complete(
+        self, item: QueueItem, retry_in_s: float = 0.0, now: float | None = None
+    ) -> str | None:
+        """Returns the new state, None if the lease was lost."""
+        ...
 
     def fail(
-        self, conversation_id: str, error: str, now: float, max_attempts: int, backoff_s: float
+        self,
+        item: QueueItem,
+        error: str,
+        max_attempts: int,
+        backoff_s: float,
+        now: float | None = None,
     ) -> None: ...
 
-    def release(self, conversation_id: str) -> None:
+    def release(self, item: QueueItem) -> None:
         """Hand a lease back untouched: pending again, no attempt counted."""
         ...
+
+    def release_owned(self, owner: str) -> int: ...
 
     def release_stale_leases(self) -> int:
         """Leases held by a process that is gone go back to pending."""
         ...
 
-    def status(self, conversation_ids: Sequence[str] = ()) -> list[QueueItem]: ...
+    def status(
+        self, conversation_ids: Sequence[str] = (), prefixes: Sequence[str] = ()
+    ) -> list[QueueItem]: ...
 
     def gauges(self) -> QueueGauges: ...
 
@@ -263,12 +341,13 @@ class EmbeddingCache(Protocol):
 # -- the vector store -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SearchScope:
-    """Which stored chunks a search may return: the request's filters, and for each
-    conversation with several versions stored, the version it reads (the others read the
-    one they have)."""
+    """Which stored chunks a search may return: the request's filters (in normal form),
+    the conversation-id prefixes a limited token spans, and, for a store that does not
+    mark its current chunks, the version each conversation with several reads."""
 
     filters: SearchFilters = field(default_factory=SearchFilters)
-    newest_of_multi: Mapping[str, int] = field(default_factory=dict)
+    prefixes: tuple[str, ...] = ()
+    versions_of_multi: Mapping[int, Sequence[str]] = field(default_factory=dict)
 
 
 class ChunkStore(Protocol):
@@ -278,13 +357,30 @@ class ChunkStore(Protocol):
     @property
     def up(self) -> bool: ...
 
+    @property
+    def identity(self) -> str:
+        """Names the collection and the vectors it holds (model, dimension)."""
+        ...
+
+    @property
+    def marks_current(self) -> bool:
+        """Rows carry `current` (of the conversation's active version): default searches
+        filter on it. Else searches pass `SearchScope.versions_of_multi`."""
+        ...
+
     def ping(self) -> bool: ...
 
     def mark_down(self, exc: BaseException | None = None) -> None: ...
 
     def reconnect(self) -> bool: ...
 
-    def close(self) -> None: ...
+    def close(self, erase: bool = False) -> None:
+        """`erase`: leave no deleted rows in the store's files (Milvus Lite) on the way out."""
+        ...
+
+    def compact(self) -> None:
+        """Ask the store to drop deleted rows physically where it can while running."""
+        ...
 
     # reads
     def get(self, chunk_ids: Sequence[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
@@ -328,6 +424,10 @@ class ChunkStore(Protocol):
 
     def set_deleted(self, chunks: Sequence[StoredChunk]) -> None:
         """Rewrite rows (read with their vectors) with deleted = true."""
+        ...
+
+    def set_current(self, chunks: Sequence[StoredChunk], current: bool) -> None:
+        """Rewrite rows (read with their vectors) with the current mark given."""
         ...
 
 

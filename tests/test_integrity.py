@@ -63,10 +63,10 @@ def test_1a_delete_while_the_worker_embeds_wins(services: Services) -> None:
     services.control.set_paused(True)
     services.ingest.append(conversation("d1a", [SECRET, *EN_TURNS[1:]]))
     item = services.queue.lease(0.0, 60, 8)[0]
-    built = services.ingest.build_for_index(item.conversation_id, item.chunk_version)
-    assert built.chunks
+    chunks = services.projector.plan(item.conversation_id)
+    assert chunks
     services.deletion.delete("d1a", None, [])
-    result = services.ingest.projector.store_records(built.chunks, [])
+    result = services.projector.store_records(chunks, [])
     assert result.upserted == 0 and {e.reason for e in result.errors} == {"deleted"}
     assert live(services, "d1a") == {}
     services.queue.release_stale_leases()
@@ -261,7 +261,7 @@ def test_wait_for_indexed_sees_synchronous_writes_after_async_ones(services: Ser
     assert services.control.wait_for_indexed("mix", 1, 60) is not None
     sync(services, conversation("mix", EN_TURNS[2:4], start=2))
     item = services.control.wait_for_indexed("mix", 3, 5)
-    assert item is not None and item.indexed_through(3), item
+    assert item is not None and services.control.is_indexed("mix", 3), item
     assert covered_turns(services, "mix") == {0, 1, 2, 3}
 
 

@@ -1,19 +1,23 @@
 """Stateful randomized test of the write path against a plain reference model.
 
-Hypothesis interleaves appends (through the background worker), synchronous builds,
-upserts of fresh, stale, replayed and forged records, deletes (ranges, chunk ids, unknown
-ids, whole conversations), edits, purges, reindexes to a new version, retirement of the
-old one, and restarts of the whole service on the same data dir. After every step:
+Hypothesis interleaves appends (through the background worker), synchronous builds (with
+and without an explicit version, the worker taking over a build nobody upserts), upserts of
+fresh, stale, replayed and forged records, deletes (ranges, chunk ids, unknown ids, whole
+conversations), edits, purges, reindexes (in place, and to a new version that becomes the
+searched one once complete), retiring versions (the searched one is refused), restarts of
+the whole service, and crashes between a change's log commit and its store writes. Calls
+name the conversation and the speakers in varying but equivalent Unicode forms (one normal
+form is stored). After every step:
 
 - no live stored chunk, and no search hit in any mode, holds a deleted turn's text;
-- every live stored chunk is its layout chunk (same content) or a superseded tail waiting
-  for retirement whose turns are all live; every indexed layout chunk is stored live;
-- once the pending chunks are upserted, the live chunks cover every live turn and their
-  texts equal a one-call build of the reference model's live turns;
+- every live stored chunk is its layout chunk or a superseded tail waiting for retirement
+  whose turns are all live; every indexed layout chunk is stored live;
+- once the worker is done, every accepted live turn is findable (WaitForIndexed says so,
+  and a default search finds its text), in the searched version;
 - counts agree with the reference (turns deleted, turns purged).
 
 At the end of each run the store is rebuilt from the event log into a new collection, and
-its live chunks equal the live chunks of the store it replaces.
+its chunks of each conversation's searched version equal those of the store it replaces.
 
 `make test` runs a fixed seed and a moderate number of examples; `make soak` runs many
 more (MEMSVC_SOAK_EXAMPLES, default 1000) and its result is recorded in RESULTS.md.
@@ -25,6 +29,7 @@ import dataclasses
 import itertools
 import os
 import random
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -34,17 +39,19 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
-    precondition,
     rule,
     run_state_machine_as_test,
 )
 
 from memsvc.app import Services, build_services
+from memsvc.config import Settings
+from memsvc.domain.errors import FailedPrecondition
 from memsvc.domain.ids import chunk_id
 from memsvc.domain.types import ChunkRecord, MemoryEvent, SearchFilters, SearchMode, SearchRequest
 from memsvc.domain.types import TurnRange as Span
 from memsvc.embedding.model import Embedder
 from tests.conftest import make_settings
+from tests.support.waiting import until_idle
 
 SOAK = int(os.environ.get("MEMSVC_SOAK_EXAMPLES", "0"))
 _runs = itertools.count()
@@ -54,11 +61,23 @@ _runs = itertools.count()
 PICK = st.integers(0, 63)
 
 _WORDS = ["river", "garden", "violin", "lantern", "harbor", "meadow", "pepper", "canyon"]
+# Speaker names as callers may send them; each pair has one normal form.
+_NAMES = {"user": ("Ana", "Ａｎａ"), "assistant": ("Bot", " Bot ")}
 
 
 def marker(turn_id: int, edit: int) -> str:
     """A token no other turn's text contains: 'zq7e0zq' is not inside 'zq17e0zq'."""
     return f"zq{turn_id}e{edit}zq"
+
+
+class Crash(BaseException):
+    """The process dies at this point of a call."""
+
+
+def settings_for(data_dir: Path, **kw: object) -> Settings:
+    # A build nobody upserts is taken over by the worker quickly, so the machine also races
+    # the worker against callers' upserts.
+    return make_settings(data_dir, build_grace_s=0.2, **kw)
 
 
 class WritePath(RuleBasedStateMachine):
@@ -68,30 +87,39 @@ class WritePath(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.conv = f"sm{next(_runs)}"
+        self.conv = f"sm{next(_runs)}-café"
         # reference model: turn id -> (text, deleted)
         self.turns: dict[int, tuple[str, bool]] = {}
         self.purged: set[int] = set()
         self.edits: dict[int, int] = {}
         self.held: list[ChunkRecord] = []  # records a caller got from builds, any age
-        self.version = 1
-        self.old_versions: set[int] = set()
+        self.active = 1  # the version searches read
+        self.next_version = 2
         self.rng = random.Random(0)
+        self.variant = 0
 
     # -- helpers ------------------------------------------------------------------------
     @property
     def svc(self) -> Services:
         return WritePath.services
 
+    def conv_as_sent(self) -> str:
+        """The conversation id in one of its equivalent forms."""
+        self.variant += 1
+        form = ("NFC", "NFD", "NFC")[self.variant % 3]
+        padding = " " if self.variant % 4 == 0 else ""
+        return padding + unicodedata.normalize(form, self.conv) + padding
+
     def event(self, turn_id: int) -> MemoryEvent:
         text, _ = self.turns[turn_id]
+        speaker = "user" if turn_id % 3 != 1 else "assistant"
         return MemoryEvent(
-            conversation_id=self.conv,
+            conversation_id=self.conv_as_sent(),
             turn_id=turn_id,
-            speaker="user" if turn_id % 3 != 1 else "assistant",
+            speaker=speaker,
             text=text,
             timestamp=f"2026-03-{1 + turn_id // 8:02d}T10:{turn_id % 60:02d}:00+08:00",
-            speaker_name="Ana" if turn_id % 3 != 1 else "Bot",
+            speaker_name=_NAMES[speaker][(turn_id + self.variant) % 2],
         )
 
     def new_text(self, turn_id: int, size: int) -> str:
@@ -113,27 +141,52 @@ class WritePath(RuleBasedStateMachine):
 
     def settle(self) -> None:
         """Let the background worker finish this conversation."""
-        items = self.svc.queue.status([self.conv])
-        if items:
-            last = max(self.turns) if self.turns else 0
-            self.svc.control.wait_for_indexed(self.conv, last, 120)
+        if self.svc.queue.status([self.conv]):
+            until_idle(self.svc, self.conv, timeout_s=120)
 
     def stored(self, include_deleted: bool = False) -> list[ChunkRecord]:
-        page = self.svc.ingest.list_chunks(self.conv, include_deleted, 1000, "")
+        page = self.svc.ingest.list_chunks(self.conv_as_sent(), include_deleted, 1000, "")
         return list(page.chunks)
+
+    def restart(self) -> None:
+        self.svc.close()
+        WritePath.services = build_services(
+            settings_for(WritePath.data_dir), embedder=WritePath.embedder
+        )
+
+    def crashing(self) -> object:
+        """Store writes raise as if the process died just before them."""
+        store = self.svc.store
+
+        class Patch:
+            def __enter__(self) -> None:
+                def die(*args: object, **kwargs: object) -> None:
+                    raise Crash()
+
+                self.saved = store.upsert, store.delete
+                store.upsert, store.delete = die, die  # type: ignore[method-assign,assignment]
+
+            def __exit__(self, *exc: object) -> bool:
+                store.upsert, store.delete = self.saved  # type: ignore[method-assign]
+                return exc[0] is Crash
+
+        return Patch()
 
     # -- rules --------------------------------------------------------------------------
     @initialize(n=st.integers(2, 6))
     def start(self, n: int) -> None:
         self.append_turns(n, sync=True)
 
-    def append_turns(self, n: int, sync: bool, long: bool = False) -> None:
+    def append_turns(
+        self, n: int, sync: bool, long: bool = False, explicit_version: bool = False
+    ) -> None:
         start = max(self.turns) + 1 if self.turns else 0
         for t in range(start, start + n):
             self.turns[t] = (self.new_text(t, 300 if long and t == start else 6), False)
         events = [self.event(t) for t in range(start, start + n)]
         if sync:
-            built = self.svc.ingest.build(events, chunk_version=self.version)
+            version = self.active if explicit_version else 0
+            built = self.svc.ingest.build(events, chunk_version=version)
             self.held += built.chunks
             result = self.svc.ingest.upsert(built.chunks)
             assert not result.errors, result.errors
@@ -142,9 +195,9 @@ class WritePath(RuleBasedStateMachine):
             assert result.accepted == n and not result.errors
             self.svc.worker.notify()  # as the AppendEvents servicer does
 
-    @rule(n=st.integers(1, 4), sync=st.booleans(), long=st.booleans())
-    def append(self, n: int, sync: bool, long: bool) -> None:
-        self.append_turns(n, sync, long)
+    @rule(n=st.integers(1, 4), sync=st.booleans(), long=st.booleans(), explicit=st.booleans())
+    def append(self, n: int, sync: bool, long: bool, explicit: bool) -> None:
+        self.append_turns(n, sync, long, explicit)
 
     @rule(data=st.data())
     def edit(self, data: st.DataObject) -> None:
@@ -155,12 +208,12 @@ class WritePath(RuleBasedStateMachine):
         t = live[i % len(live)]
         self.edits[t] = self.edits.get(t, 0) + 1
         self.turns[t] = (self.new_text(t, 5), False)
-        built = self.svc.ingest.build([self.event(t)], chunk_version=self.version)
+        built = self.svc.ingest.build([self.event(t)])
         self.held += built.chunks  # held, not upserted: a later rule may (stale or not)
 
     @rule()
     def build_only(self) -> None:
-        built = self.svc.ingest.build([], self.version, conversation_id=self.conv)
+        built = self.svc.ingest.build([], conversation_id=self.conv_as_sent())
         self.held += built.chunks
 
     @rule(data=st.data())
@@ -196,78 +249,100 @@ class WritePath(RuleBasedStateMachine):
         if kind != "deleted_flag":
             assert (result.upserted, result.updated) == (0, 0) and len(result.errors) == 1
 
-    @rule(data=st.data())
-    def delete_range(self, data: st.DataObject) -> None:
+    def delete_span(self, a: int, b: int, crash: bool) -> None:
+        expected = sum(1 for t in range(a, b + 1) if t in self.turns and not self.turns[t][1])
+        if crash:
+            with self.crashing():  # type: ignore[attr-defined]
+                self.svc.deletion.delete(self.conv_as_sent(), Span(a, b), [])
+            self.restart()
+        else:
+            result = self.svc.deletion.delete(self.conv_as_sent(), Span(a, b), [])
+            assert result.events_deleted == expected
+        for t in range(a, b + 1):
+            if t in self.turns:
+                self.turns[t] = (self.turns[t][0], True)
+
+    @rule(data=st.data(), crash=st.booleans())
+    def delete_range(self, data: st.DataObject, crash: bool) -> None:
         start, width = data.draw(PICK), data.draw(st.integers(0, 3))
         if not self.turns:
             return
         hi = max(self.turns)
         a = start % (hi + 1)
-        b = min(hi, a + width)
-        expected = sum(1 for t in range(a, b + 1) if t in self.turns and not self.turns[t][1])
-        result = self.svc.deletion.delete(self.conv, Span(a, b), [])
-        assert result.events_deleted == expected
-        for t in range(a, b + 1):
-            if t in self.turns:
-                self.turns[t] = (self.turns[t][0], True)
+        self.delete_span(a, min(hi, a + width), crash)
 
     @rule(data=st.data(), unknown=st.booleans())
     def delete_chunk_ids(self, data: st.DataObject, unknown: bool) -> None:
-        # Live chunks only: which deleted rows a store holds depends on the worker's timing,
-        # and what Hypothesis draws from must not.
-        self.settle()
-        known = {c.chunk_id: c for c in self.stored()}
+        # Any chunk a caller ever got (superseded tails included) names the turns it covers.
         idx = data.draw(st.lists(PICK, max_size=2))
-        ids = list(dict.fromkeys(sorted(known)[i % len(known)] for i in idx)) if known else []
+        held = {c.chunk_id: c for c in self.held}
+        ids = list(dict.fromkeys(sorted(held)[i % len(held)] for i in idx)) if held else []
         if unknown:
             ids.append("chk_" + "f" * 32)
         if not ids:
             return
-        result = self.svc.deletion.delete(self.conv, None, ids)
+        result = self.svc.deletion.delete(self.conv_as_sent(), None, ids)
         assert [e.chunk_id for e in result.errors] == (["chk_" + "f" * 32] if unknown else [])
         for cid in ids:
-            if cid in known:
-                span = known[cid].metadata.turn_range
+            if cid in held:
+                span = held[cid].metadata.turn_range
                 for t in range(span.start, span.end + 1):
                     if t in self.turns:
                         self.turns[t] = (self.turns[t][0], True)
 
     @rule()
     def delete_whole(self) -> None:
-        self.svc.deletion.delete(self.conv, None, [])
+        self.svc.deletion.delete(self.conv_as_sent(), None, [])
         self.turns = {t: (text, True) for t, (text, _) in self.turns.items()}
 
-    @rule()
-    def purge(self) -> None:
-        self.settle()
-        _, events = self.svc.deletion.purge_deleted(self.conv)
+    @rule(crash=st.booleans())
+    def purge(self, crash: bool) -> None:
         newly = {t for t, (_, d) in self.turns.items() if d} - self.purged
-        assert events == len(newly)
+        if crash:
+            with self.crashing():  # type: ignore[attr-defined]
+                self.svc.deletion.purge_deleted(self.conv_as_sent())
+            self.restart()
+        else:
+            self.settle()
+            _, events = self.svc.deletion.purge_deleted(self.conv_as_sent())
+            assert events == len(newly)
         self.purged |= newly
 
-    @precondition(lambda self: not self.old_versions)
-    @rule()
-    def reindex(self) -> None:
+    @rule(in_place=st.booleans(), by_build=st.booleans())
+    def reindex(self, in_place: bool, by_build: bool) -> None:
+        """In place (version 0), or to a new version, by Reindex or by a Build naming it;
+        the new version becomes the searched one once wholly stored."""
+        if in_place:
+            assert self.svc.control.reindex([self.conv], 0) == 1
+        elif by_build:
+            built = self.svc.ingest.build(
+                [], chunk_version=self.next_version, conversation_id=self.conv_as_sent()
+            )
+            self.held += built.chunks
+        else:
+            assert self.svc.control.reindex([self.conv], self.next_version) == 1
+        self.svc.worker.notify()
         self.settle()
-        self.old_versions.add(self.version)
-        self.version += 1
-        self.svc.control.reindex([self.conv], self.version)
-        self.svc.ingest.build([], chunk_version=self.version, conversation_id=self.conv)
+        if not in_place:
+            self.active, self.next_version = self.next_version, self.next_version + 1
+        assert self.svc.queue.status([self.conv])[0].active_version == self.active
 
-    @precondition(lambda self: bool(self.old_versions))
-    @rule()
-    def retire_old(self) -> None:
-        self.settle()
-        for v in sorted(self.old_versions):
-            self.svc.deletion.retire_version(self.conv, v)
-        self.old_versions.clear()
+    @rule(data=st.data())
+    def retire(self, data: st.DataObject) -> None:
+        with self.svc.log.snapshot() as log:
+            versions = sorted(set(log.layout_versions(self.conv)) | {self.active})
+        version = versions[data.draw(PICK) % len(versions)]
+        if version == self.active:
+            try:
+                self.svc.deletion.retire_version(self.conv_as_sent(), version)
+            except FailedPrecondition:
+                return
+            raise AssertionError("retiring the searched version must be refused")
+        self.svc.deletion.retire_version(self.conv_as_sent(), version)
 
     @rule()
-    def restart(self) -> None:
-        self.svc.close()
-        WritePath.services = build_services(
-            make_settings(WritePath.data_dir), embedder=WritePath.embedder
-        )
+    def restart_cleanly(self) -> None:
+        self.restart()
 
     # -- invariants -----------------------------------------------------------------------
     @invariant()
@@ -282,10 +357,33 @@ class WritePath(RuleBasedStateMachine):
             query = " ".join(markers[:8])
             for mode in SearchMode:
                 _, _, hits = self.svc.search.search(
-                    SearchRequest(query, 50, SearchFilters((self.conv,)), mode)
+                    SearchRequest(query, 50, SearchFilters((self.conv_as_sent(),)), mode)
                 )
                 for h in hits:
                     assert not any(m in h.text for m in markers), (mode, h.chunk_id)
+
+    @invariant()
+    def every_live_turn_is_findable(self) -> None:
+        self.settle()
+        live = self.live_turns()
+        if not live:
+            return
+        for t in live:
+            assert self.svc.control.is_indexed(self.conv, t), t
+        current = {t: marker(t, self.edits.get(t, 0)) for t in live}
+        _, _, hits = self.svc.search.search(
+            SearchRequest(
+                " ".join(current.values()),
+                100,
+                SearchFilters((self.conv_as_sent(),)),
+                SearchMode.KEYWORD,
+            )
+        )
+        texts = "\n".join(h.text for h in hits)
+        assert all(m in texts for m in current.values()), [
+            t for t, m in current.items() if m not in texts
+        ]
+        assert {h.metadata.chunk_version for h in hits} == {self.active}
 
     @invariant()
     def store_matches_layout(self) -> None:
@@ -306,19 +404,19 @@ class WritePath(RuleBasedStateMachine):
                 assert cid in superseded, cid
                 assert {t for t in range(span.start, span.end + 1) if t in self.turns} <= live_turns
         for cid, row in layout.items():
-            if row.indexed and not row.deleted:
+            if row.indexed and not row.deleted and row.chunk_version == self.active:
                 assert cid in live, cid
 
     def teardown(self) -> None:
         try:
             self.settle()
-            # Upsert whatever is pending, then the live chunks of the current version are
+            # Upsert whatever is pending, then the live chunks of the searched version are
             # exactly a one-call build of the reference model's live turns.
-            built = self.svc.ingest.build([], chunk_version=self.version, conversation_id=self.conv)
+            built = self.svc.ingest.build([], conversation_id=self.conv_as_sent())
             result = self.svc.ingest.upsert(built.chunks)
             assert not result.errors, result.errors
             current = sorted(
-                c.text for c in self.stored() if c.metadata.chunk_version == self.version
+                c.text for c in self.stored() if c.metadata.chunk_version == self.active
             )
             ref_conv = self.conv + "-ref"
             ref_events = [
@@ -327,7 +425,7 @@ class WritePath(RuleBasedStateMachine):
             ]
             expected: list[str] = []
             if ref_events:
-                ref = self.svc.ingest.build(ref_events, self.version, allow_gaps=True)
+                ref = self.svc.ingest.build(ref_events, self.active, allow_gaps=True)
                 expected = sorted(c.text for c in ref.chunks)
                 assert not self.svc.ingest.upsert(ref.chunks).errors
             assert current == expected
@@ -335,16 +433,15 @@ class WritePath(RuleBasedStateMachine):
             self.held.clear()
 
 
-def current_versions(svc: Services) -> dict[str, str]:
-    """Live chunks of each conversation's newest version (what a rebuild restores; an
-    older version kept during a migration is not rebuilt)."""
+def searched_versions(svc: Services) -> dict[str, str]:
+    """Live chunks of each conversation's searched version (what a rebuild restores)."""
     out: dict[str, str] = {}
     with svc.log.snapshot() as log:
-        conversations = log.conversations()
-    for conv in conversations:
-        chunks = svc.ingest.list_chunks(conv, False, 1000, "").chunks
-        newest = max((c.metadata.chunk_version for c in chunks), default=0)
-        out.update({c.chunk_id: c.text for c in chunks if c.metadata.chunk_version == newest})
+        rows = {c: log.conversation(c) for c in log.conversation_ids()}
+    for conv, row in rows.items():
+        assert row is not None
+        chunks = svc.ingest.list_chunks(conv, False, 1000, "", row.active_version).chunks
+        out.update({c.chunk_id: c.text for c in chunks})
     return out
 
 
@@ -353,7 +450,7 @@ def run_machine(
 ) -> None:
     WritePath.data_dir = services_dir
     WritePath.embedder = embedder
-    WritePath.services = build_services(make_settings(services_dir), embedder=embedder)
+    WritePath.services = build_services(settings_for(services_dir), embedder=embedder)
     try:
         run_state_machine_as_test(
             WritePath,
@@ -366,19 +463,17 @@ def run_machine(
                 suppress_health_check=list(HealthCheck),
             ),
         )
-        before = current_versions(WritePath.services)
+        before = searched_versions(WritePath.services)
     finally:
         WritePath.services.close()
     # Drop the projection and rebuild it from the log: the same live chunks.
-    rebuilt = build_services(make_settings(services_dir, collection="rebuilt"), embedder=embedder)
+    rebuilt = build_services(settings_for(services_dir, collection="rebuilt"), embedder=embedder)
     try:
         with rebuilt.log.snapshot() as log:
-            convs = log.conversations()
+            convs = log.conversation_ids()
         for conv in convs:
-            status = rebuilt.queue.status([conv])
-            if status:
-                rebuilt.control.wait_for_indexed(conv, status[0].last_appended_turn, 300)
-        after = current_versions(rebuilt)
+            until_idle(rebuilt, conv, timeout_s=300)
+        after = searched_versions(rebuilt)
     finally:
         rebuilt.close()
     assert after == before

@@ -9,6 +9,7 @@ from memsvc.app import Services
 from memsvc.domain.types import SearchFilters, SearchRequest
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, turn
 from tests.support.faults import failing_model
+from tests.support.waiting import until_idle
 
 
 def live(svc: Services, conv: str) -> dict[str, str]:
@@ -72,7 +73,7 @@ def test_crash_between_build_and_upsert_is_repaired(services: Services) -> None:
     services.control.set_paused(True)
     services.ingest.append(conversation("a6", EN_TURNS))
     item = services.queue.lease(0.0, 60, 8)[0]
-    services.ingest.build_for_index(item.conversation_id, item.chunk_version)  # then "crash"
+    services.projector.plan(item.conversation_id)  # then "crash"
     assert services.queue.release_stale_leases() == 1
     services.control.set_paused(False)
     assert services.control.wait_for_indexed("a6", len(EN_TURNS) - 1, 60) is not None
@@ -122,16 +123,18 @@ def test_reindex_keeps_old_version_until_complete(services: Services) -> None:
     assert status.reindex and status.chunk_version == 2
     # build + upsert half-way through, as a worker interrupted mid-reindex would leave it
     item = services.queue.lease(0.0, 60, 8)[0]
-    partial = services.ingest.build_for_index("a7", 2).chunks[:1]
-    services.ingest.upsert(partial, register_versions=False)
+    planned = services.projector.plan("a7")
+    partial = [c for c in planned if c.metadata.chunk_version == 2][:1]
+    assert partial
+    services.ingest.upsert(partial)
     req = SearchRequest("puppy", 10, SearchFilters(("a7",)))
     _, _, hits = services.search.search(req)
     assert hits and {h.metadata.chunk_version for h in hits} == {1}
     services.queue.release_stale_leases()
     del item
     services.control.set_paused(False)
-    done = services.control.wait_for_indexed("a7", 5, 60)
-    assert done is not None and not done.reindex
+    done = until_idle(services, "a7")
+    assert not done.reindex
     _, _, hits = services.search.search(req)
     assert hits and {h.metadata.chunk_version for h in hits} == {2}
 

@@ -35,6 +35,7 @@ from memsvc.domain.prefix import (
     is_chinese_window,
     render_prefix,
 )
+from memsvc.domain.text import epoch_ms
 from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
@@ -66,6 +67,9 @@ class ChunkPolicy:
     # `name_allowance` tokens costs its extra tokens on top.
     line_overhead: int = 8
     name_allowance: int = 4
+    # Tokens of a speaker name shown in a line label; a longer name is shortened there
+    # (with "…"; the chunk's metadata keeps it whole), so a label never eats the budget.
+    max_label_name_tokens: int = 48
     # Characters of a window's lines, and of one piece of a split turn. Only text with very
     # few tokens per character (e.g. long runs of unbroken symbols) reaches these before the
     # token budget; they keep every chunk within the store's 16,000 characters.
@@ -77,7 +81,11 @@ class ChunkPolicy:
         return self.max_tokens - self.prefix_reserve
 
     def fingerprint(self) -> str:
-        return f"{self.max_turns}/{self.overlap_turns}/{self.max_tokens}/{self.prefix_reserve}"
+        # r2: time ranges span the earliest to the latest turn; long names shortened in labels
+        return (
+            f"{self.max_turns}/{self.overlap_turns}/{self.max_tokens}/{self.prefix_reserve}"
+            f"/{self.max_label_name_tokens}/r2"
+        )
 
 
 @dataclass(frozen=True)
@@ -130,17 +138,43 @@ def _exchanges(turns: Sequence[StoredTurn]) -> list[list[StoredTurn]]:
     return groups
 
 
+def label_names(
+    names: Sequence[str], policy: ChunkPolicy, count_tokens: TokenCounter
+) -> dict[str, tuple[str, int]]:
+    """Each speaker name as a line label shows it, and its tokens: names longer than
+    `max_label_name_tokens` are cut (at a character) and end with "…"."""
+    unique = sorted(set(names))
+    out: dict[str, tuple[str, int]] = {}
+    cap = policy.max_label_name_tokens
+    for name, n in zip(unique, count_tokens(unique), strict=True):
+        if n <= cap:
+            out[name] = (name, n)
+            continue
+        lo, hi = 0, len(name)
+        while lo < hi:  # the longest head that fits with its ellipsis
+            mid = (lo + hi + 1) // 2
+            if count_tokens([name[:mid] + "…"])[0] <= cap:
+                lo = mid
+            else:
+                hi = mid - 1
+        shown = name[:lo] + "…"
+        out[name] = (shown, count_tokens([shown])[0])
+    return out
+
+
 class _LineCost:
     """Tokens and characters a turn's line costs in a chunk, its role label included."""
 
     def __init__(
         self, turns: Sequence[StoredTurn], policy: ChunkPolicy, count_tokens: TokenCounter
     ) -> None:
-        names = sorted({t.speaker_name for t in turns if t.speaker_name})
+        labels = label_names(
+            [t.speaker_name for t in turns if t.speaker_name], policy, count_tokens
+        )
         self._name_extra = {
-            name: max(0, n - policy.name_allowance)
-            for name, n in zip(names, count_tokens(names), strict=True)
+            name: max(0, n - policy.name_allowance) for name, (_, n) in labels.items()
         }
+        self._shown = {name: shown for name, (shown, _) in labels.items()}
         self.policy = policy
 
     def label_tokens(self, turn: StoredTurn) -> int:
@@ -150,7 +184,7 @@ class _LineCost:
         return turn.tokens + self.label_tokens(turn)
 
     def chars(self, turn: StoredTurn) -> int:
-        return len(turn.text) + len(turn.speaker_name) + 16
+        return len(turn.text) + len(self._shown.get(turn.speaker_name, "")) + 16
 
     def oversize(self, turn: StoredTurn) -> bool:
         return (
@@ -294,30 +328,35 @@ class ChunkRenderer:
         texts = [window.piece] if window.piece else [t.text for t in turns]
         chinese = is_chinese_window(texts)
         labels = ROLE_LABELS_ZH if chinese else ROLE_LABELS_EN
+        shown = label_names(
+            [t.speaker_name for t in turns if t.speaker_name], self.policy, self._count_tokens
+        )
         lines = []
         for turn, text in zip(turns, texts, strict=True):
             label = labels.get(turn.speaker, turn.speaker)
             if turn.speaker_name:
-                label = (
-                    f"{label}({turn.speaker_name})" if chinese else f"{label} ({turn.speaker_name})"
-                )
+                name = shown[turn.speaker_name][0]
+                label = f"{label}({name})" if chinese else f"{label} ({name})"
             lines.append(f"{label}: {text}")
         participants = _participants(turns, labels)[:MAX_PARTICIPANTS]
         topic = self._keywords.keywords(" ".join(texts), limit=4)
-        dates = [t.timestamp[:10] for t in turns]
+        # Turns need not arrive in time order: the window spans its earliest to its latest.
+        by_time = sorted(turns, key=lambda t: (epoch_ms(t.timestamp, "timestamp"), t.turn_id))
+        earliest, latest = by_time[0], by_time[-1]
+        dates = [earliest.timestamp[:10], latest.timestamp[:10]]
         body = "\n".join(lines)
         # The reserve normally holds the prefix; if unusually long names overflow it, drop
         # topic terms, then names from the prefix (the metadata keeps them all).
-        shown = participants[:6]
+        named = participants[:6]
         while True:
-            prefix = render_prefix(PrefixInput(dates, shown, topic, chinese))
+            prefix = render_prefix(PrefixInput(dates, named, topic, chinese))
             text = f"{prefix}\n{body}"
             if self._count_tokens([text])[0] + 2 <= self.policy.max_tokens:
                 break
             if topic:
                 topic = topic[:-1]
-            elif shown:
-                shown = shown[:-1]
+            elif named:
+                named = named[:-1]
             else:
                 break
         speakers = tuple(
@@ -329,7 +368,7 @@ class ChunkRenderer:
         metadata = ChunkMetadata(
             conversation_id=conversation_id,
             turn_range=TurnRange(window.start_turn, window.end_turn),
-            timestamp_range=TimestampRange(turns[0].timestamp, turns[-1].timestamp),
+            timestamp_range=TimestampRange(earliest.timestamp, latest.timestamp),
             participants=tuple(participants),
             speakers=speakers,
             intent_tag=intent,

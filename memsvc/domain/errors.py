@@ -73,3 +73,24 @@ class StoreUnavailable(Unavailable):
     """The vector store cannot be reached; the service keeps trying to reconnect."""
 
     reason = "STORE_UNAVAILABLE"
+
+
+class PermissionDenied(MemsvcError):
+    """The caller's token may not do this (a conversation outside its prefixes, or an
+    admin-only form of the call). `field` names the request field when one is at fault."""
+
+    reason = "PERMISSION_DENIED"
+
+    def __init__(self, message: str, reason: str = "PERMISSION_DENIED", field: str = "") -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.reason = reason  # type: ignore[misc]
+        self.field = field
+
+
+class DiskFull(ResourceExhausted):
+    """The disk under the data dir (or the database's) is full: nothing was written."""
+
+    reason = "DISK_FULL"
+
+    def __init__(self, message: str, retry_after_s: float = 5.0) -> None:
+        super().__init__(message, retry_after_s)

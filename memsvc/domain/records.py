@@ -77,23 +77,76 @@ class LayoutRow:
         return self.start_turn <= turn_id <= self.end_turn
 
 
-# -- the index queue --------------------------------------------------------------------------
+# -- conversations and their indexing ---------------------------------------------------------
+@dataclass(frozen=True)
+class Conversation:
+    """A conversation's versions and the progress of its projection into the store.
+
+    Every log change the store must reflect bumps `work_seq`, and the events it wrote carry
+    that number (`seq`). The store reflects the log, for default searches, through
+    `done_seq`; a change that needs the store compared with the layout as a whole (a delete,
+    purge, retire, a version switch) sets `reconcile_seq`, done once `reconciled_seq`
+    reaches it. `active_version` is what searches read and new turns are built in; a
+    reindex builds `building_version` beside it, which becomes active once complete."""
+
+    conversation_id: str
+    active_version: int
+    building_version: int = 0
+    work_seq: int = 0
+    done_seq: int = 0
+    reconcile_seq: int = 0
+    reconciled_seq: int = 0
+    active_planned_seq: int = 0
+    building_planned_seq: int = 0
+    # A bounded step stored part of a large backlog: turns up to `last_indexed_turn` whose
+    # events carry seq <= progress_seq are findable already.
+    progress_seq: int = 0
+    last_indexed_turn: int = -1
+
+    @property
+    def needs_reconcile(self) -> bool:
+        return self.reconcile_seq > self.reconciled_seq
+
+    def planned_seq(self, version: int) -> int:
+        if version == self.active_version:
+            return self.active_planned_seq
+        if version == self.building_version:
+            return self.building_planned_seq
+        return 0
+
+    def findable_through(self, turn_id: int, latest_seq: int) -> bool:
+        """Whether default searches find every turn up to `turn_id` as last written, given
+        the latest work sequence number among those turns."""
+        return latest_seq <= self.done_seq or (
+            latest_seq <= self.progress_seq and turn_id <= self.last_indexed_turn
+        )
+
+
 @dataclass(frozen=True)
 class QueueItem:
-    """One conversation's asynchronous indexing state."""
+    """One conversation's asynchronous indexing state (and, when leased, the lease)."""
 
     conversation_id: str
     state: str  # idle | pending | indexing | failed
-    chunk_version: int
-    dirty: int  # accepted events not yet indexed
+    active_version: int
+    building_version: int
+    dirty: int  # turns written and not yet findable
     attempts: int
     last_error: str
     last_indexed_turn: int
-    reindex: bool
     last_appended_turn: int = -1
+    lease_token: int = 0
+    leased_seq: int = 0
+    needs_reconcile: bool = False
 
-    def indexed_through(self, turn_id: int) -> bool:
-        return self.state == "idle" and self.last_indexed_turn >= turn_id
+    @property
+    def reindex(self) -> bool:
+        return self.building_version != 0
+
+    @property
+    def chunk_version(self) -> int:
+        """The version being built: the reindex target, else the active one."""
+        return self.building_version or self.active_version
 
 
 @dataclass(frozen=True)
@@ -119,6 +172,8 @@ class StoredChunk:
     record: ChunkRecord
     content_hash: str
     vector: np.ndarray | None = None
+    # Of its conversation's active version (what default searches read).
+    current: bool = True
 
 
 # A ranked chunk id and its score (fusion works on these).

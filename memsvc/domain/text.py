@@ -29,6 +29,19 @@ def clean_text(text: str) -> str:
     return _WS.sub(" ", "".join(chars)).strip()
 
 
+def normal_id(value: str) -> str:
+    """The one form of a conversation id: Unicode NFC (spellings that are canonically
+    equivalent, and so look identical, are one id), whitespace runs folded to one space,
+    no outer whitespace."""
+    return _WS.sub(" ", unicodedata.normalize("NFC", value)).strip()
+
+
+def normal_name(value: str) -> str:
+    """The one form of a name (speaker name, participant, a filter on either): the
+    cleaned text (NFKC, whitespace folded), as chunks show it."""
+    return clean_text(value)
+
+
 def has_control_chars(text: str) -> bool:
     return any(unicodedata.category(ch) == "Cc" for ch in text)
 

@@ -1,8 +1,13 @@
-"""Input validation: each check raises InvalidArgument naming the field."""
+"""Input validation: each check raises InvalidArgument naming the field.
+
+Values with a normal form (conversation ids, names, filter values on them) are returned in
+that form, and every limit applies to it: what is checked is what is stored, so a value
+that grows under normalisation cannot pass a limit and then break one downstream."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from memsvc.domain.errors import InvalidArgument
 from memsvc.domain.ids import chunk_id as compute_chunk_id
@@ -18,20 +23,36 @@ from memsvc.domain.limits import (
     MAX_TIMESTAMP_CHARS,
     MAX_TURN_CHARS,
 )
-from memsvc.domain.text import has_control_chars, has_format_chars, parse_rfc3339
-from memsvc.domain.types import SPEAKERS, ChunkRecord, MemoryEvent, SearchFilters, TurnRange
+from memsvc.domain.text import (
+    epoch_ms,
+    has_control_chars,
+    has_format_chars,
+    normal_id,
+    normal_name,
+    parse_rfc3339,
+)
+from memsvc.domain.types import (
+    SPEAKERS,
+    ChunkRecord,
+    MemoryEvent,
+    SearchFilters,
+    TimestampRange,
+    TurnRange,
+)
 
 
 def conversation_id(value: str, field: str) -> str:
-    if not value:
-        raise InvalidArgument(field, "must not be empty")
-    if len(value) > MAX_CONVERSATION_ID_CHARS:
-        raise InvalidArgument(field, f"longer than {MAX_CONVERSATION_ID_CHARS} characters")
+    """The id in its normal form (memsvc.domain.text.normal_id)."""
     if has_control_chars(value) or has_format_chars(value):
         raise InvalidArgument(
             field, "must not contain control or invisible format characters (e.g. U+200B)"
         )
-    return value
+    normal = normal_id(value)
+    if not normal:
+        raise InvalidArgument(field, "must not be empty")
+    if len(normal) > MAX_CONVERSATION_ID_CHARS:
+        raise InvalidArgument(field, f"longer than {MAX_CONVERSATION_ID_CHARS} characters")
+    return normal
 
 
 def timestamp(value: str, field: str) -> str:
@@ -49,21 +70,22 @@ def turn_range(value: TurnRange, field: str) -> TurnRange:
     return value
 
 
+def name(value: str, field: str) -> str:
+    """A name in its normal form (memsvc.domain.text.normal_name), 1-256 characters."""
+    normal = normal_name(value) if not (has_control_chars(value) or has_format_chars(value)) else ""
+    if not normal or len(normal) > MAX_NAME_CHARS:
+        raise InvalidArgument(
+            field,
+            f"must be 1-{MAX_NAME_CHARS} characters (in normal form), no control or"
+            " invisible format characters",
+        )
+    return normal
+
+
 def names(values: Sequence[str], field: str, max_count: int = MAX_PARTICIPANTS) -> tuple[str, ...]:
     if len(values) > max_count:
         raise InvalidArgument(field, f"more than {max_count} names")
-    for i, name in enumerate(values):
-        if (
-            not name.strip()
-            or len(name) > MAX_NAME_CHARS
-            or has_control_chars(name)
-            or has_format_chars(name)
-        ):
-            raise InvalidArgument(
-                f"{field}[{i}]",
-                f"must be 1-{MAX_NAME_CHARS} characters, no control or invisible format characters",
-            )
-    return tuple(values)
+    return tuple(name(v, f"{field}[{i}]") for i, v in enumerate(values))
 
 
 def speaker(value: str, field: str) -> str:
@@ -79,23 +101,27 @@ def event_count(items: Sequence[MemoryEvent]) -> None:
         raise InvalidArgument("events", f"at most {MAX_EVENTS_PER_CALL} events per call")
 
 
-def events(items: Sequence[MemoryEvent], max_text_chars: int = MAX_TURN_CHARS) -> str:
-    """Checks a BuildIncrementalChunks batch (one conversation); returns its conversation_id."""
+def events(
+    items: Sequence[MemoryEvent], max_text_chars: int = MAX_TURN_CHARS
+) -> tuple[str, list[MemoryEvent]]:
+    """Checks a BuildIncrementalChunks batch (one conversation); returns its conversation
+    id and the events, in normal form."""
     event_count(items)
     conv = conversation_id(items[0].conversation_id, "events[0].conversation_id")
-    conversation_events(enumerate(items), conv, max_text_chars)
-    return conv
+    return conv, conversation_events(enumerate(items), conv, max_text_chars)
 
 
 def conversation_events(
     indexed: Iterable[tuple[int, MemoryEvent]], conv: str, max_text_chars: int = MAX_TURN_CHARS
-) -> None:
-    """Each event valid, all of conversation `conv`, no turn_id twice; `indexed` pairs
-    each event with its position in the request, which the field names use."""
+) -> list[MemoryEvent]:
+    """Each event valid, all of conversation `conv` (in normal form), no turn_id twice;
+    `indexed` pairs each event with its position in the request, which the field names
+    use. Returns the events in normal form."""
     seen: set[int] = set()
+    out: list[MemoryEvent] = []
     for i, e in indexed:
-        event(e, f"events[{i}]", max_text_chars)
-        if e.conversation_id != conv:
+        normal = event(e, f"events[{i}]", max_text_chars)
+        if normal.conversation_id != conv:
             raise InvalidArgument(
                 f"events[{i}].conversation_id",
                 f"all events of one call must belong to one conversation ({conv!r})",
@@ -103,10 +129,13 @@ def conversation_events(
         if e.turn_id in seen:
             raise InvalidArgument(f"events[{i}].turn_id", f"duplicate turn_id {e.turn_id}")
         seen.add(e.turn_id)
+        out.append(normal)
+    return out
 
 
-def event(e: MemoryEvent, field: str, max_text_chars: int = MAX_TURN_CHARS) -> None:
-    conversation_id(e.conversation_id, f"{field}.conversation_id")
+def event(e: MemoryEvent, field: str, max_text_chars: int = MAX_TURN_CHARS) -> MemoryEvent:
+    """The event in normal form (id, names), every limit checked on that form."""
+    conv = conversation_id(e.conversation_id, f"{field}.conversation_id")
     if e.turn_id < 0:
         raise InvalidArgument(f"{field}.turn_id", "must be >= 0")
     speaker(e.speaker, f"{field}.speaker")
@@ -118,13 +147,14 @@ def event(e: MemoryEvent, field: str, max_text_chars: int = MAX_TURN_CHARS) -> N
             f"{field}.text",
             f"longer than {max_text_chars:,} characters (MEMSVC_MAX_TURN_CHARS)",
         )
-    names(e.participants, f"{field}.participants")
-    if e.speaker_name:
-        names([e.speaker_name], f"{field}.speaker_name")
+    participants = names(e.participants, f"{field}.participants")
+    speaker_name = name(e.speaker_name, f"{field}.speaker_name") if e.speaker_name else ""
+    return replace(e, conversation_id=conv, participants=participants, speaker_name=speaker_name)
 
 
 def record(r: ChunkRecord, field: str) -> None:
-    """Structural checks of an upserted record (token length is checked by the caller)."""
+    """Structural checks of an upserted record (token length is checked by the caller).
+    A record is compared with what the server built, byte for byte: it is not normalised."""
     m = r.metadata
     if not r.chunk_id:
         raise InvalidArgument(f"{field}.chunk_id", "must not be empty")
@@ -150,9 +180,9 @@ def record(r: ChunkRecord, field: str) -> None:
         raise InvalidArgument(f"{field}.text", "must not be empty")
     if len(r.text) > MAX_CHUNK_TEXT_CHARS:
         raise InvalidArgument(f"{field}.text", f"longer than {MAX_CHUNK_TEXT_CHARS} characters")
-    for name, value in (("start", m.timestamp_range.start), ("end", m.timestamp_range.end)):
+    for end, value in (("start", m.timestamp_range.start), ("end", m.timestamp_range.end)):
         if value:
-            timestamp(value, f"{field}.metadata.timestamp_range.{name}")
+            timestamp(value, f"{field}.metadata.timestamp_range.{end}")
     names(m.participants, f"{field}.metadata.participants")
     for i, s in enumerate(m.speakers):
         speaker(s, f"{field}.metadata.speakers[{i}]")
@@ -162,19 +192,22 @@ def record(r: ChunkRecord, field: str) -> None:
         )
 
 
-def search_filters(f: SearchFilters, field: str = "filters") -> None:
+def search_filters(f: SearchFilters, field: str = "filters") -> SearchFilters:
     """Every filter value checked and named by its path (`filters.conversation_ids[0]`)
-    before any of it reaches a Milvus expression (where it is escaped as well)."""
-    for name, values in (
+    before any of it reaches a store query; returned in normal form, so a filter on the
+    name or id as sent finds what was stored in normal form."""
+    for key, values in (
         ("conversation_ids", f.conversation_ids),
         ("participants", f.participants),
         ("speakers", f.speakers),
     ):
         if len(values) > MAX_FILTER_VALUES:
-            raise InvalidArgument(f"{field}.{name}", f"at most {MAX_FILTER_VALUES} values")
-    for i, conv in enumerate(f.conversation_ids):
-        conversation_id(conv, f"{field}.conversation_ids[{i}]")
-    names(f.participants, f"{field}.participants", max_count=MAX_FILTER_VALUES)
+            raise InvalidArgument(f"{field}.{key}", f"at most {MAX_FILTER_VALUES} values")
+    convs = tuple(
+        conversation_id(c, f"{field}.conversation_ids[{i}]")
+        for i, c in enumerate(f.conversation_ids)
+    )
+    participants = names(f.participants, f"{field}.participants", max_count=MAX_FILTER_VALUES)
     for i, s in enumerate(f.speakers):
         speaker(s, f"{field}.speakers[{i}]")
     if len(f.intent_tag) > MAX_INTENT_TAG_CHARS or has_control_chars(f.intent_tag):
@@ -182,4 +215,16 @@ def search_filters(f: SearchFilters, field: str = "filters") -> None:
             f"{field}.intent_tag", f"at most {MAX_INTENT_TAG_CHARS} characters, no control ones"
         )
     if f.chunk_version < 0:
-        raise InvalidArgument(f"{field}.chunk_version", "must be >= 0 (0 = newest)")
+        raise InvalidArgument(f"{field}.chunk_version", "must be >= 0 (0 = the conversation's)")
+    tr = f.timestamp_range
+    if tr is not None:
+        time_range(tr, f"{field}.timestamp_range")
+    return replace(f, conversation_ids=tuple(dict.fromkeys(convs)), participants=participants)
+
+
+def time_range(tr: TimestampRange, field: str) -> None:
+    """Either end may be open; both given, start must not be after end."""
+    start = epoch_ms(tr.start, f"{field}.start") if tr.start else None
+    end = epoch_ms(tr.end, f"{field}.end") if tr.end else None
+    if start is not None and end is not None and start > end:
+        raise InvalidArgument(field, f"start {tr.start} is after end {tr.end}")

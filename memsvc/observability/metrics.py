@@ -100,6 +100,7 @@ class GaugeReading:
     queue: QueueGauges
     paused: bool
     store_up: bool
+    disk_full: bool = False
 
 
 class ServiceGauges(Collector):  # type: ignore[misc]
@@ -145,6 +146,11 @@ class ServiceGauges(Collector):  # type: ignore[misc]
             "memsvc_store_up",
             "1 while the vector store answers, 0 while it is down.",
             value=1 if reading.store_up else 0,
+        )
+        yield GaugeMetricFamily(
+            "memsvc_disk_full",
+            "1 while writes fail because the disk under the data dir is full (DISK_FULL).",
+            value=1 if reading.disk_full else 0,
         )
 
 

@@ -16,6 +16,8 @@ def recount_tokens_if_tokenizer_changed(events: EventLog, embedder: Embedder) ->
         if r.get_meta("tokenizer") == tokenizer:
             return
     with events.transaction() as tx:
+        if tx.get_meta("tokenizer") == tokenizer:  # another process sharing the log did it
+            return
         rows = tx.event_texts()
         counts = embedder.count_tokens([text for _, _, text in rows])
         tx.set_tokens((n, conv, turn) for (conv, turn, _), n in zip(rows, counts, strict=True))
@@ -24,23 +26,22 @@ def recount_tokens_if_tokenizer_changed(events: EventLog, embedder: Embedder) ->
         log.info("event_tokens_recounted", events=len(rows), tokenizer=tokenizer)
 
 
-def follow_store_identity(events: EventLog, identity: str, default_version: int) -> None:
+def follow_store_identity(events: EventLog, identity: str) -> None:
     """The event log outlives a vector store: pointed at a new collection (or model), it
-    forgets what the old store held and queues every conversation for indexing."""
+    forgets what the old store held and records a reconcile of every conversation, which
+    writes its chunks into the new one (progress in GetIndexStatus)."""
     with events.snapshot() as r:
-        previous = r.get_meta("store_identity")
-    if previous == identity:
-        return
+        if r.get_meta("store_identity") == identity:
+            return
     with events.transaction() as tx:
-        conversations = tx.conversations() if previous is not None else []
+        previous = tx.get_meta("store_identity")
+        if previous == identity:  # another process sharing the log did it
+            return
+        conversations = tx.conversation_ids() if previous is not None else []
         if previous is not None:
             tx.forget_store()
             for conv in conversations:
-                # The newest version the conversation was built with (a sync build may
-                # have used another than the default); an older one kept during a
-                # migration is not rebuilt.
-                newest = max(tx.layout_versions(conv), default=default_version)
-                tx.enqueue(conv, tx.live_turn_count(conv), newest)
+                tx.record_change(conv, turns=tx.live_turn_count(conv), reconcile=True)
         tx.set_meta("store_identity", identity)
     if conversations:
         log.warning(

@@ -9,11 +9,12 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from memsvc.domain import validation
+from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import InvalidArgument, NotFound
 from memsvc.domain.records import IndexTotals, QueueItem
 from memsvc.ports import EventLog, IndexQueue, Notifier, WriterLocks
-from memsvc.services.deletion import DeletionService
 from memsvc.services.indexing import IndexWorker
+from memsvc.services.projection import Projector
 
 log = structlog.get_logger(__name__)
 
@@ -30,18 +31,16 @@ class IndexControl:
         log: EventLog,
         queue: IndexQueue,
         worker: IndexWorker,
-        deletion: DeletionService,
+        projector: Projector,
         locks: WriterLocks,
         notifier: Notifier,
-        default_version: int,
     ) -> None:
         self.log = log
         self.queue = queue
         self.worker = worker
-        self.deletion = deletion
+        self.projector = projector
         self.locks = locks
         self.notifier = notifier
-        self.default_version = default_version
 
     # -- pause ----------------------------------------------------------------------------
     def paused_before(self) -> bool:
@@ -49,8 +48,9 @@ class IndexControl:
         with self.log.snapshot() as r:
             return r.get_meta(PAUSED_KEY) == "1"
 
-    def set_paused(self, paused: bool) -> None:
+    def set_paused(self, paused: bool, access: Access = FULL) -> None:
         """Pause: returns once the batch in flight (if any) is finished. Durable."""
+        access.need_unlimited("pausing indexing")
         with self.log.transaction() as tx:
             tx.set_meta(PAUSED_KEY, "1" if paused else "0")
         self.worker.hold_off(paused)
@@ -60,12 +60,26 @@ class IndexControl:
         return self.worker.paused
 
     # -- status ---------------------------------------------------------------------------
-    def status(self, conversation_ids: Sequence[str] = ()) -> list[QueueItem]:
-        return self.queue.status(conversation_ids)
+    def status(
+        self, conversation_ids: Sequence[str] = (), access: Access = FULL
+    ) -> list[QueueItem]:
+        """The named conversations, or all the token may see."""
+        ids = [
+            validation.conversation_id(c, f"conversation_ids[{i}]")
+            for i, c in enumerate(conversation_ids)
+        ]
+        if ids:
+            access.check_all(ids, "conversation_ids")
+            return self.queue.status(ids)
+        access.every_conversation("GetIndexStatus")
+        return self.queue.status(prefixes=access.prefixes)
 
-    def totals(self, items: Sequence[QueueItem] | None = None) -> IndexTotals:
-        """Totals over every conversation (`items`: the full status, if already read)."""
-        items = self.queue.status() if items is None else items
+    def totals(
+        self, items: Sequence[QueueItem] | None = None, access: Access = FULL
+    ) -> IndexTotals:
+        """Totals over every conversation the token may see (`items`: their status, if
+        already read)."""
+        items = self.queue.status(prefixes=access.prefixes) if items is None else items
         return IndexTotals(
             conversations=len(items),
             backlog=sum(i.dirty for i in items),
@@ -76,6 +90,14 @@ class IndexControl:
         )
 
     # -- read your writes -----------------------------------------------------------------
+    def is_indexed(self, conversation_id: str, turn_id: int) -> bool:
+        """Whether default searches find every turn up to `turn_id` as last written (a
+        deleted turn: its chunks hidden): read your writes."""
+        with self.log.snapshot() as r:
+            row = r.conversation(conversation_id)
+            seq = r.seq_through(conversation_id, turn_id)
+        return row is not None and seq is not None and row.findable_through(turn_id, seq)
+
     def wait(
         self,
         conversation_id: str,
@@ -83,10 +105,12 @@ class IndexControl:
         timeout_ms: int,
         caller_remaining_s: float | None,
         caller_waiting: Callable[[], bool],
-    ) -> QueueItem:
+        access: Access = FULL,
+    ) -> tuple[bool, QueueItem]:
         """WaitForIndexed: at most the smaller of `timeout_ms` (0 = 10 s) and the caller's
-        remaining time (answered just before it runs out)."""
+        remaining time (answered just before it runs out). Returns (indexed, status)."""
         conv = validation.conversation_id(conversation_id, "conversation_id")
+        access.check(conv, "conversation_id")
         if not 0 <= timeout_ms <= MAX_WAIT_MS:
             raise InvalidArgument("timeout_ms", f"must be 0 (= {DEFAULT_WAIT_MS}) to {MAX_WAIT_MS}")
         timeout_s = (timeout_ms or DEFAULT_WAIT_MS) / 1000
@@ -95,7 +119,7 @@ class IndexControl:
         item = self.wait_for_indexed(conv, turn_id, timeout_s, caller_waiting)
         if item is None:
             raise NotFound(f"conversation {conv!r} has no appended events")
-        return item
+        return self.is_indexed(conv, turn_id), item
 
     def wait_for_indexed(
         self,
@@ -104,21 +128,33 @@ class IndexControl:
         timeout_s: float,
         caller_waiting: Callable[[], bool] = lambda: True,
     ) -> QueueItem | None:
-        """Until the conversation is indexed through `turn_id` with nothing pending, the
-        time-out, or the caller leaving (`caller_waiting` false: its deadline passed or it
-        cancelled). Returns the last status seen (None: conversation unknown)."""
+        """Until every turn up to `turn_id` is findable by a default search, the time-out,
+        the conversation failing, or the caller leaving (`caller_waiting` false: its
+        deadline passed or it cancelled). Returns the last status seen (None: conversation
+        unknown)."""
         deadline = time.monotonic() + timeout_s
         while True:
             status = self.queue.status([conversation_id])
             item = status[0] if status else None
-            if item is not None and item.indexed_through(turn_id):
-                return item
+            if item is not None and self.is_indexed(conversation_id, turn_id):
+                return self._settled_status(item, min(deadline, time.monotonic() + 0.5))
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (item is not None and item.state == "failed"):
                 return item
             if not caller_waiting():
                 return item
             self.notifier.wait(min(remaining, 0.1))
+
+    def _settled_status(self, item: QueueItem, until: float) -> QueueItem:
+        """The turn is findable; a worker that wrote it may be a moment from ending its
+        step: let the status it reports catch up (briefly)."""
+        while item.state == "indexing" and time.monotonic() < until:
+            self.notifier.wait(0.05)
+            status = self.queue.status([item.conversation_id])
+            if not status:
+                break
+            item = status[0]
+        return item
 
     # -- Reindex --------------------------------------------------------------------------
     def request_reindex(
@@ -127,46 +163,73 @@ class IndexControl:
         all_conversations: bool,
         chunk_version: int,
         cancel: bool,
+        access: Access = FULL,
     ) -> int:
-        """Reindex as asked by a caller: named conversations or all, a version (0 = the
-        default), or the cancellation of rebuilds under way."""
+        """Reindex as asked by a caller: named conversations or all (all the token may
+        see), a version (0 = each conversation's own), or the cancellation of rebuilds."""
         if not all_conversations and not conversation_ids:
             raise InvalidArgument("conversation_ids", "name conversations or set all")
         if chunk_version < 0:
-            raise InvalidArgument("chunk_version", "must be >= 0 (0 = server default)")
-        ids = [] if all_conversations else list(conversation_ids)
-        for i, conv in enumerate(ids):
-            validation.conversation_id(conv, f"conversation_ids[{i}]")
+            raise InvalidArgument("chunk_version", "must be >= 0 (0 = the conversation's)")
+        ids = [
+            validation.conversation_id(c, f"conversation_ids[{i}]")
+            for i, c in enumerate([] if all_conversations else conversation_ids)
+        ]
+        access.check_all(ids, "conversation_ids")
+        if not ids and access.limited:
+            with self.log.snapshot() as r:
+                ids = r.conversation_ids(access.prefixes)
+            if not ids:
+                return 0
         if cancel:
             return self.cancel_reindex(ids)
-        return self.reindex(ids, chunk_version or self.default_version)
+        return self.reindex(ids, chunk_version)
 
-    def reindex(self, conversation_ids: Sequence[str], chunk_version: int) -> int:
-        """Queue conversations (all when empty) for a rebuild from the event log."""
+    def reindex(self, conversation_ids: Sequence[str], chunk_version: int = 0) -> int:
+        """Queue conversations (all when empty) for a rebuild from the event log: in place
+        for their own version (`chunk_version` 0 or theirs), else beside it under the new
+        one, which becomes the searched version once wholly stored."""
         with self.log.snapshot() as r:
-            known = r.conversations()
+            known = r.conversation_ids()
         targets = [c for c in conversation_ids if c in set(known)] if conversation_ids else known
         for conv in targets:
             with self.locks.hold(conv), self.log.transaction() as tx:
-                tx.reset_indexed(conv, chunk_version)
-                tx.enqueue(conv, max(1, tx.live_turn_count(conv)), chunk_version, reindex=True)
+                row = tx.conversation(conv)
+                if row is None:
+                    continue
+                version = chunk_version or row.active_version
+                dropped = False
+                if version != row.active_version and version != row.building_version:
+                    if row.building_version:
+                        tx.drop_layout_version(conv, row.building_version)
+                        dropped = True
+                    tx.start_building(conv, version)
+                tx.reset_indexed(conv, version)
+                tx.record_change(conv, turns=tx.live_turn_count(conv), reconcile=dropped)
         self.notifier.notify()
         return len(targets)
 
     def cancel_reindex(self, conversation_ids: Sequence[str]) -> int:
         """Stop rebuilds under way (all when empty): the version that was answering keeps
         answering, the partial new version is removed. Returns conversations cancelled."""
-        with self.worker.quiet():  # no batch in flight: none can complete the version meanwhile
-            items = [i for i in self.queue.status(conversation_ids) if i.reindex]
-            for item in items:
-                conv, new = item.conversation_id, item.chunk_version
-                with self.locks.hold(conv):
-                    with self.log.transaction() as tx:
-                        complete = [v for v in tx.complete_versions(conv) if v != new]
-                        previous = max(complete, default=new)
-                        tx.stop_reindex(conv, previous)
-                    if previous != new:
-                        self.deletion.retire_version(conv, new)
-                log.info("reindex_cancelled", conversation_id=conv, kept=previous, removed=new)
+        items = [i for i in self.queue.status(conversation_ids) if i.reindex]
+        for item in items:
+            conv = item.conversation_id
+            with self.locks.hold(conv):
+                with self.log.transaction() as tx:
+                    row = tx.conversation(conv)
+                    if row is None or not row.building_version:
+                        continue
+                    tx.stop_building(conv)
+                    tx.drop_layout_version(conv, row.building_version)
+                    tx.record_change(conv, reconcile=True)
+                self.projector.reconcile(conv)
+                self.projector.settle(conv)
+            log.info(
+                "reindex_cancelled",
+                conversation_id=conv,
+                kept=item.active_version,
+                removed=item.building_version,
+            )
         self.notifier.notify()
         return len(items)

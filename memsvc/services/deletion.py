@@ -1,4 +1,10 @@
-"""Deleting turns (logically), retiring a chunk version, and purging deleted text for good."""
+"""Deleting turns (logically), retiring a chunk version, and purging deleted text for good.
+
+Each is a log change that records its projection work in the same transaction; the call
+then does the work itself (reconcile, and for a delete the surviving neighbours' new
+chunks). A crash, or a store or model outage, between the two leaves the work recorded:
+the worker (or the next start) finishes it, and searches meanwhile never return a chunk
+the log no longer holds live (memsvc.services.search verifies hits)."""
 
 from __future__ import annotations
 
@@ -7,13 +13,16 @@ from collections.abc import Sequence
 import structlog
 
 from memsvc.domain import validation
-from memsvc.domain.errors import InvalidArgument
+from memsvc.domain.access import FULL, Access
+from memsvc.domain.errors import FailedPrecondition, InvalidArgument
 from memsvc.domain.types import REASON_UNKNOWN, DeleteResult, RecordError, TurnRange
 from memsvc.observability import metrics
-from memsvc.ports import ChunkStore, EmbeddingCache, EventLog, Span, WriterLocks
+from memsvc.ports import ChunkStore, EventLog, Notifier, Span, WriterLocks
 from memsvc.services.projection import Projector
 
 log = structlog.get_logger(__name__)
+
+ERASURE_PENDING = "erasure_pending"
 
 
 class DeletionService:
@@ -21,27 +30,31 @@ class DeletionService:
         self,
         log: EventLog,
         store: ChunkStore,
-        cache: EmbeddingCache,
         projector: Projector,
         locks: WriterLocks,
-        default_version: int,
+        notifier: Notifier,
     ) -> None:
         self.log = log
         self.store = store
-        self.cache = cache
         self.projector = projector
         self.locks = locks
-        self.default_version = default_version
+        self.notifier = notifier
 
     # -- LogicalDeleteBySource ------------------------------------------------------------
     def delete(
-        self, conversation_id: str, turn_range: TurnRange | None, chunk_ids: Sequence[str]
+        self,
+        conversation_id: str,
+        turn_range: TurnRange | None,
+        chunk_ids: Sequence[str],
+        access: Access = FULL,
     ) -> DeleteResult:
-        """Delete turns: a range, the turns the listed chunks cover, or (neither) the whole
-        conversation. The layout is re-planned without them: chunks that covered them are
-        marked deleted (kept for audit until purged), surviving neighbours get new chunks,
-        stored before this returns."""
+        """Delete turns: a range, the turns the listed chunks cover (any chunk the
+        conversation ever had, superseded ones included), or (neither) the whole
+        conversation. Chunks over them are hidden (kept for audit until purged); surviving
+        neighbours get new chunks, stored before this returns when the model and store
+        can (else by the worker)."""
         conv = validation.conversation_id(conversation_id, "conversation_id")
+        access.check(conv, "conversation_id")
         if turn_range is not None:
             validation.turn_range(turn_range, "turn_range")
             if chunk_ids:
@@ -58,41 +71,42 @@ class DeletionService:
             else:
                 spans = None
             with self.log.transaction() as tx:
-                events_deleted = tx.mark_events_deleted(conv, spans)
-                versions = tx.layout_versions(conv)
-            plans = [self.projector.replan(conv, v) for v in versions]
-            newly = {cid for p in plans for cid in p.deleted}
-            hidden = self.projector.hide_deleted_turns(conv, spans)
-            # Surviving neighbours: server-built, stored now so the conversation stays
-            # searchable. If the model or store fails, the worker retries them.
-            pending = [r for p in plans for r in p.pending]
-            if pending:
-                try:
-                    result = self.projector.store_records(pending, [])
-                    if result.errors:
-                        raise RuntimeError(result.errors[0].message)
-                except Exception as exc:
-                    log.warning("delete_neighbours_deferred", error=str(exc)[:300])
-                    with self.log.transaction() as tx:
-                        version = tx.queued_version(conv) or self.default_version
-                        tx.enqueue(conv, 1, version)
-            if any(p.superseded for p in plans):
-                self.projector.retire_superseded(conv)
-        # the replans hid their gone chunks; hide_deleted_turns counted only the others
-        metrics.CHUNKS_WRITTEN.labels("deleted").inc(len(newly) + hidden)
-        return DeleteResult(len(newly) + hidden, events_deleted, errors)
+                if tx.conversation(conv) is None:
+                    return DeleteResult(0, 0, errors)
+                seq = tx.record_change(conv, reconcile=True)
+                events_deleted = tx.mark_events_deleted(conv, spans, seq)
+            self.notifier.notify()
+            hidden = self._project(conv)
+        return DeleteResult(hidden, events_deleted, errors)
+
+    def _project(self, conv: str) -> int:
+        """Reconcile, then store the surviving neighbours and settle (the caller holds the
+        conversation's lock). A model or store failure leaves the recorded work to the
+        worker. Returns the chunks hidden."""
+        reconciled = self.projector.reconcile(conv)
+        if reconciled.pending:
+            try:
+                result = self.projector.store_records(reconciled.pending, [])
+                if result.errors:
+                    raise RuntimeError(result.errors[0].message)
+            except Exception as exc:
+                log.warning("delete_neighbours_deferred", error=str(exc)[:300])
+                return reconciled.hidden
+        self.projector.settle(conv)
+        return reconciled.hidden
 
     def _spans_of_chunks(
         self, conv: str, chunk_ids: Sequence[str], errors: list[RecordError]
     ) -> list[Span]:
-        """Turn spans of the listed chunks of this conversation (any version, deleted ones
-        included); an id the conversation never had is an error and changes nothing."""
+        """Turn spans of the listed chunks: any id this conversation ever had; an id it
+        never had is an error and changes nothing."""
+        ids = list(dict.fromkeys(chunk_ids))
         with self.log.snapshot() as r:
-            layout = r.conversation_layout(conv)
+            known = r.history_spans(conv, ids)
         spans: list[Span] = []
-        for i, cid in enumerate(dict.fromkeys(chunk_ids)):
-            row = layout.get(cid)
-            if row is None:
+        for i, cid in enumerate(ids):
+            span = known.get(cid)
+            if span is None:
                 errors.append(
                     RecordError(
                         cid,
@@ -101,33 +115,47 @@ class DeletionService:
                     )
                 )
             else:
-                spans.append((row.start_turn, row.end_turn))
+                spans.append(span)
         return spans
 
     # -- RetireChunkVersion -----------------------------------------------------------------
-    def retire_version(self, conversation_id: str, chunk_version: int) -> int:
+    def retire_version(
+        self, conversation_id: str, chunk_version: int, access: Access = FULL
+    ) -> int:
+        """Remove a version other than the one searches read (a rebuild under way is
+        cancelled). Returns the chunks removed."""
         conv = validation.conversation_id(conversation_id, "conversation_id")
+        access.check(conv, "conversation_id")
         if chunk_version < 1:
             raise InvalidArgument("chunk_version", "must be >= 1")
         with self.locks.hold(conv):
-            ids = [
-                c.record.chunk_id
-                for c in self.store.chunks_of(conv, deleted=None, version=chunk_version)
-            ]
-            self.store.delete(ids)
             with self.log.transaction() as tx:
+                row = tx.conversation(conv)
+                if row is None:
+                    return 0
+                if chunk_version == row.active_version:
+                    raise FailedPrecondition(
+                        f"chunk_version {chunk_version} is the version conversation {conv!r}"
+                        " is searched in; Reindex it to another version first"
+                    )
+                if chunk_version == row.building_version:
+                    tx.stop_building(conv)
                 tx.drop_layout_version(conv, chunk_version)
-                tx.remove_store_version(conv, chunk_version)
-        metrics.CHUNKS_WRITTEN.labels("retired").inc(len(ids))
-        return len(ids)
+                tx.record_change(conv, reconcile=True)
+            retired = len(self.store.chunks_of(conv, deleted=None, version=chunk_version))
+            self.projector.reconcile(conv)
+            self.projector.settle(conv)
+        metrics.CHUNKS_WRITTEN.labels("retired").inc(retired)
+        return retired
 
     # -- PurgeDeleted -----------------------------------------------------------------------
     def purge_deleted(
-        self, conversation_id: str, all_conversations: bool = False
+        self, conversation_id: str, all_conversations: bool = False, access: Access = FULL
     ) -> tuple[int, int]:
         """Physically erase deleted chunks and turns of one conversation or of all: from the
         store, the event log (a tombstone keeps each turn id, so numbering continues) and
-        the embedding cache."""
+        the embedding cache. The files themselves are rewritten without them at the next
+        clean stop (memsvc.app)."""
         if not conversation_id and not all_conversations:
             raise InvalidArgument(
                 "conversation_id",
@@ -137,22 +165,36 @@ class DeletionService:
             raise InvalidArgument("all_conversations", "set it or conversation_id, not both")
         if conversation_id:
             targets = [validation.conversation_id(conversation_id, "conversation_id")]
+            access.check(targets[0], "conversation_id")
         else:
             stored = {
                 c.record.metadata.conversation_id for c in self.store.chunks_of(None, deleted=True)
             }
             with self.log.snapshot() as r:
                 targets = sorted(stored | set(r.conversations_with_deleted()))
+            targets = [c for c in targets if access.allows(c)]
         chunks = events = 0
         for conv in targets:
             with self.locks.hold(conv):
-                ids = [c.record.chunk_id for c in self.store.chunks_of(conv, deleted=True)]
-                self.store.delete(ids)
-                with self.log.transaction() as tx:
-                    turns = tx.purge_events(conv)
-                    hashes = tx.purge_layout(conv, turns)
-                self.cache.forget(sorted(hashes))
-            chunks += len(ids)
-            events += len(turns)
+                removed, erased = self._purge(conv)
+            chunks += removed
+            events += erased
+        if chunks or events:
+            self.store.compact()
         metrics.CHUNKS_WRITTEN.labels("purged").inc(chunks)
         return chunks, events
+
+    def _purge(self, conv: str) -> tuple[int, int]:
+        deleted = self.store.chunks_of(conv, deleted=True)
+        with self.log.snapshot() as r:
+            waiting = conv in r.conversations_with_deleted()
+        if not deleted and not waiting:
+            return 0, 0
+        with self.log.transaction() as tx:
+            seq = tx.record_change(conv, reconcile=True)
+            turns = tx.purge_events(conv, seq)
+            tx.add_erasures(tx.purge_layout(conv, turns))
+            tx.set_meta(ERASURE_PENDING, "1")
+        reconciled = self.projector.reconcile(conv)
+        self.projector.settle(conv)
+        return max(len(deleted), reconciled.removed), len(turns)

@@ -1,34 +1,40 @@
-"""The index worker: turns appended events into stored chunks in the background.
+"""The index worker: the projection work the log records, done in the background.
 
 Work is per conversation, in the index queue. Each step of a worker thread reads top-down:
 
-  lease     a few pending conversations (the lease expires, so work held by a dead
-            thread comes back)
-  plan      re-plan each one's layout from the log; its pending chunks, in bounded steps
+  lease     a few conversations with work due (the lease expires, so work held by a dead
+            thread or process comes back; a heartbeat renews it while the step runs)
+  plan      each one's chunks still to store: a reconcile when a change asked for one
+            (delete, purge, retire, version switch), else the replans (its version, and a
+            rebuild's), in bounded steps
   embed     one model batch across the conversations (outside any lock)
-  write     each conversation's chunks under its writer lock, re-checked against the layout
+  write     each conversation's chunks under its writer lock, re-checked against the
+            layout, then settled (how far searches reflect the log)
   complete  (or fail, counted and retried with exponential back-off; after `max_attempts`
-            the conversation is `failed` with the last error visible, until new events or
-            a Reindex re-queue it)
+            the conversation is `failed` with the last error visible, until new work
+            re-queues it)
 
-Everything is in the log, so a restart resumes where the last process stopped: a chunk
-planned but never stored is planned again (layout rows carry an `indexed` flag).
+Everything is in the log, so a restart resumes where the last process stopped.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import structlog
 
-from memsvc.domain.errors import StoreUnavailable
+from memsvc.domain.errors import DiskFull, StoreUnavailable
 from memsvc.domain.records import QueueItem
 from memsvc.domain.types import STALE_REASONS, ChunkRecord, UpsertResult
-from memsvc.ports import ChunkStore, IndexQueue, Notifier
-from memsvc.services.ingest import IngestService
+from memsvc.ports import ChunkStore, IndexQueue, Notifier, WriterLocks
+from memsvc.services.health import WriteHealth
 from memsvc.services.projection import Projector
 
 log = structlog.get_logger(__name__)
@@ -40,8 +46,8 @@ class WorkerSettings:
     batch_conversations: int = 8
     max_attempts: int = 5
     backoff_s: float = 1.0
-    lease_s: float = 300.0
-    # Chunks embedded per conversation per cycle: a huge turn is indexed in bounded steps,
+    lease_s: float = 30.0
+    # Chunks embedded per conversation per step: a huge turn is indexed in bounded steps,
     # taking turns with other conversations, and a shutdown waits for one step at most.
     max_chunks_per_cycle: int = 64
     idle_poll_s: float = 0.5
@@ -49,37 +55,45 @@ class WorkerSettings:
 
 @dataclass(frozen=True)
 class Planned:
-    """One leased conversation's plan: the chunks this step stores, and the last turn it
-    covers once they are stored."""
+    """One leased conversation's step: the chunks it stores, and whether more remain."""
 
     item: QueueItem
     chunks: list[ChunkRecord]
-    last_turn: int
-    more: bool  # a bounded step: the rest waits for the next one
+    more: bool
+
+
+def worker_identity() -> str:
+    """Names the leases of this process (host, pid, and a nonce against pid reuse)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class IndexWorker:
     def __init__(
         self,
-        ingest: IngestService,
         projector: Projector,
         queue: IndexQueue,
         store: ChunkStore,
+        locks: WriterLocks,
         notifier: Notifier,
+        health: WriteHealth,
         settings: WorkerSettings,
     ) -> None:
-        self.ingest = ingest
         self.projector = projector
+        self.health = health
         self.queue = queue
         self.store = store
+        self.locks = locks
         self.notifier = notifier
         self.settings = settings
+        self.owner = worker_identity()
         self._stop = threading.Event()
         self._paused = threading.Event()
         self._threads: list[threading.Thread] = []
         # Held by a worker from lease to the end of processing: pausing waits on it, so
-        # once `pause` returns no batch is in flight.
+        # once `hold_off(True)` returns no step is in flight.
         self._cycle = threading.Lock()
+        # Leases a failed step could not hand back (the log was unwritable): retried first.
+        self._unreleased: list[QueueItem] = []
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self, paused: bool) -> None:
@@ -95,19 +109,20 @@ class IndexWorker:
             self._threads.append(t)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Finish the batch in flight within `timeout`; a batch still running then is
-        abandoned: its leases go back to pending, so the next start takes it again."""
+        """Finish the step in flight within `timeout`; a step still running then is
+        abandoned: its leases go back to pending, so the next start (or another process
+        sharing the log) takes it again."""
         self._stop.set()
         self.notifier.notify()
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
         if any(t.is_alive() for t in self._threads):
-            released = self.queue.release_stale_leases()
+            released = self.queue.release_owned(self.owner)
             log.warning("index_batch_abandoned", conversations=released)
 
     def hold_off(self, paused: bool) -> None:
-        """Pause (returns once the batch in flight, if any, is finished) or resume."""
+        """Pause (returns once the step in flight, if any, is finished) or resume."""
         if paused:
             self._paused.set()
             with self._cycle:
@@ -120,10 +135,6 @@ class IndexWorker:
     def paused(self) -> bool:
         return self._paused.is_set()
 
-    def quiet(self) -> threading.Lock:
-        """Held, no batch is in flight (and none starts)."""
-        return self._cycle
-
     def notify(self) -> None:
         self.notifier.notify()
 
@@ -131,93 +142,122 @@ class IndexWorker:
     def _run(self) -> None:
         while not self._stop.is_set():
             with self._cycle:
+                self._release_leftovers()
                 items: list[QueueItem] = []
-                # A store outage is nobody's fault: wait for it instead of failing attempts.
-                if not self._paused.is_set() and self.store.up:
+                # A store outage or a full disk is nobody's fault: wait for it instead of
+                # failing attempts.
+                if not self._paused.is_set() and self.store.up and not self.health.disk_full:
                     try:
                         items = self.queue.lease(
-                            time.time(), self.settings.lease_s, self.settings.batch_conversations
+                            None,
+                            self.settings.lease_s,
+                            self.settings.batch_conversations,
+                            self.owner,
                         )
                     except Exception:
                         log.exception("index_lease_failed")
                 if items:
-                    self.process(items)
-                    continue
+                    try:
+                        self.process(items)
+                        continue
+                    except Exception as exc:
+                        # The loop outlives any step; leases it could not hand back are
+                        # retried (or lapse and are taken again).
+                        self.health.observe(exc)
+                        log.exception("index_step_failed")
+                        self._unreleased.extend(items)
             self.notifier.wait(self.settings.idle_poll_s)
 
+    def _release_leftovers(self) -> None:
+        while self._unreleased:
+            try:
+                self.queue.release(self._unreleased[0])
+            except Exception:
+                return
+            self._unreleased.pop(0)
+
     def process(self, items: Sequence[QueueItem]) -> None:
-        """One step over leased conversations: plan each, then embed and write all their
-        pending chunks at once, then complete (or fail) each."""
-        plans = [p for p in (self._plan(item) for item in items) if p is not None]
-        # Conversations being reindexed keep their old version searchable until done.
-        for register in (True, False):
-            group = [p for p in plans if (not p.item.reindex) == register]
-            if group:
-                self._complete(group, self._write(group, register), register)
+        """One step over leased conversations: plan each, embed and write all their
+        chunks at once, then complete (or fail) each."""
+        with self._renewing(items):
+            plans = [p for p in (self._plan(item) for item in items) if p is not None]
+            self._complete(plans, self._write(plans))
         self.notifier.notify()
 
     def _plan(self, item: QueueItem) -> Planned | None:
         cap = self.settings.max_chunks_per_cycle
+        conv = item.conversation_id
         try:
-            result = self.ingest.build_for_index(item.conversation_id, item.chunk_version)
+            with self.locks.hold(conv):
+                chunks = self.projector.plan(conv)
         except Exception as exc:
             self._fail(item, exc)
             return None
-        last = result.turn_range.end if result.turn_range is not None else -1
-        chunks = sorted(
-            result.chunks, key=lambda c: (c.metadata.turn_range.start, c.metadata.part_index)
+        # The searched version's chunks first, each version in turn order.
+        chunks.sort(
+            key=lambda c: (
+                c.metadata.chunk_version != item.active_version,
+                c.metadata.turn_range.start,
+                c.metadata.part_index,
+            )
         )
-        if len(chunks) <= cap:
-            return Planned(item, chunks, last, more=False)
-        # This step stores the first `cap` chunks; the rest wait for the next cycle.
-        return Planned(item, chunks[:cap], chunks[cap].metadata.turn_range.start - 1, more=True)
+        return Planned(item, chunks[:cap], more=len(chunks) > cap)
 
-    def _write(self, group: list[Planned], register: bool) -> UpsertResult | Exception:
+    def _write(self, plans: list[Planned]) -> UpsertResult | Exception:
         """Embed and write (the projector checks each chunk against the layout under the
-        conversation's writer lock, so a delete or build that lands meanwhile wins)."""
-        records = [r for p in group for r in p.chunks]
+        conversation's writer lock, so a delete or build that lands meanwhile wins, and
+        settles each conversation it wrote)."""
+        records = [r for p in plans for r in p.chunks]
         try:
-            return self.projector.store_records(records, [], register_versions=register)
+            result = self.projector.store_records(records, [])
+            for p in plans:
+                if not p.chunks:  # nothing to write: settle what the plan may have done
+                    with self.locks.hold(p.item.conversation_id):
+                        self.projector.settle(p.item.conversation_id)
+            return result
         except Exception as exc:
             return exc
 
-    def _complete(
-        self, group: list[Planned], outcome: UpsertResult | Exception, register: bool
-    ) -> None:
+    def _complete(self, plans: list[Planned], outcome: UpsertResult | Exception) -> None:
         if isinstance(outcome, Exception):
-            for p in group:
+            for p in plans:
                 self._fail(p.item, outcome)
             return
         refused = {e.chunk_id: e for e in outcome.errors}
-        for p in group:
+        for p in plans:
             conv = p.item.conversation_id
             errors = [refused[c.chunk_id] for c in p.chunks if c.chunk_id in refused]
             broken = [e for e in errors if e.reason not in STALE_REASONS]
             if broken:
                 self._fail(p.item, RuntimeError("; ".join(e.message for e in broken[:3])))
                 continue
-            # Go round again if the layout moved on while we embedded (a delete or a build
-            # won the race) or if this was one step of a large conversation.
-            again = bool(errors) or p.more
-            if not again and not register:
-                self.projector.version_complete(conv, p.item.chunk_version)
-            self.queue.complete(conv, p.last_turn, again)
+            # Work left although this step found nothing to do (another writer raced it):
+            # come back after the back-off rather than spin.
+            progressed = bool(p.chunks) or p.item.needs_reconcile
+            state = self.queue.complete(
+                p.item, retry_in_s=0.0 if progressed else self.settings.backoff_s
+            )
+            if state is None:
+                log.warning("index_lease_lost", conversation_id=conv)
+                continue
             log.info(
                 "conversation_indexed",
                 conversation_id=conv,
                 chunks=len(p.chunks),
-                last_turn=p.last_turn,
+                more=p.more,
                 stale=len(errors),
+                state=state,
             )
 
     def _fail(self, item: QueueItem, exc: BaseException) -> None:
-        if isinstance(exc, StoreUnavailable) or self._stop.is_set() or not self.store.up:
-            # An outage or a shutdown, not this conversation's fault: hand the lease back
-            # without counting an attempt; it is taken again once the store is up.
+        self.health.observe(exc)
+        if isinstance(exc, StoreUnavailable | DiskFull) or self._stop.is_set() or not self.store.up:
+            # An outage, a full disk or a shutdown, not this conversation's fault: hand the
+            # lease back without counting an attempt; it is taken again later.
             log.warning(
                 "index_deferred", conversation_id=item.conversation_id, error=str(exc)[:300]
             )
-            self.queue.release(item.conversation_id)
+            self.queue.release(item)
             return
         message = f"{type(exc).__name__}: {exc}"
         log.warning(
@@ -226,10 +266,25 @@ class IndexWorker:
             attempt=item.attempts + 1,
             error=message[:300],
         )
-        self.queue.fail(
-            item.conversation_id,
-            message,
-            time.time(),
-            self.settings.max_attempts,
-            self.settings.backoff_s,
-        )
+        self.queue.fail(item, message, self.settings.max_attempts, self.settings.backoff_s)
+
+    @contextmanager
+    def _renewing(self, items: Sequence[QueueItem]) -> Iterator[None]:
+        """Renew the leases every third of their time while a step runs."""
+        done = threading.Event()
+        every = max(0.5, self.settings.lease_s / 3)
+
+        def beat() -> None:
+            while not done.wait(every):
+                try:
+                    self.queue.renew(items, self.settings.lease_s)
+                except Exception as exc:
+                    log.warning("index_lease_renew_failed", error=str(exc)[:300])
+
+        thread = threading.Thread(target=beat, name="index-lease-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(timeout=5)

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import structlog
 
 from memsvc.domain import validation
+from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import InvalidArgument
 from memsvc.domain.limits import MAX_TURN_CHARS
-from memsvc.domain.records import EventRow
+from memsvc.domain.records import Conversation, EventRow
 from memsvc.domain.text import clean_text
 from memsvc.domain.types import (
     AppendResult,
@@ -49,6 +50,7 @@ class IngestService:
         locks: WriterLocks,
         default_version: int,
         max_turn_chars: int = MAX_TURN_CHARS,
+        build_grace_s: float = 30.0,
     ) -> None:
         self.log = log
         self.store = store
@@ -57,6 +59,9 @@ class IngestService:
         self.locks = locks
         self.default_version = default_version
         self.max_turn_chars = max_turn_chars
+        # Turns a caller builds synchronously are its to upsert: the worker takes them
+        # over only after this long (a caller that died between Build and Upsert).
+        self.build_grace_s = build_grace_s
 
     # -- BuildIncrementalChunks ---------------------------------------------------------
     def build(
@@ -65,15 +70,22 @@ class IngestService:
         chunk_version: int = 0,
         allow_gaps: bool = False,
         conversation_id: str = "",
+        access: Access = FULL,
     ) -> BuildResult:
         """Log the events, re-plan the conversation and return every chunk of its layout
-        not yet stored (so re-sending after a lost response recovers)."""
+        not yet stored (so re-sending after a lost response recovers).
+
+        `chunk_version` 0 is the conversation's version (a new conversation's: the server
+        default). Another version starts a rebuild under it, beside the current one, which
+        keeps answering searches until the rebuild is wholly stored."""
         if chunk_version < 0:
-            raise InvalidArgument("chunk_version", "must be >= 0 (0 = server default)")
-        version = chunk_version or self.default_version
+            raise InvalidArgument("chunk_version", "must be >= 0 (0 = the conversation's)")
         if events:
-            conv = validation.events(events, self.max_turn_chars)
-            if conversation_id and conversation_id != conv:
+            conv, events = validation.events(events, self.max_turn_chars)
+            if (
+                conversation_id
+                and validation.conversation_id(conversation_id, "conversation_id") != conv
+            ):
                 raise InvalidArgument("conversation_id", "differs from the events' conversation_id")
         elif not conversation_id:
             raise InvalidArgument(
@@ -81,20 +93,22 @@ class IngestService:
             )
         else:
             conv = validation.conversation_id(conversation_id, "conversation_id")
+        access.check(conv, "events[0].conversation_id" if events else "conversation_id")
         rows = self._event_rows(events)
         with self.locks.hold(conv):
-            if rows:
-                with self.log.transaction() as tx:
-                    _store_events(tx, conv, rows, allow_gaps)
+            with self.log.transaction() as tx:
+                row = tx.open_conversation(conv, chunk_version or self.default_version)
+                version = _build_version(tx, row, chunk_version)
+                if rows:
+                    changed = _changed_events(tx, conv, rows, allow_gaps)
+                    if changed:
+                        seq = tx.record_change(conv, turns=len(changed), delay_s=self.build_grace_s)
+                        tx.put_events(changed, seq)
             plan = self.projector.replan(conv, version)
-            self._retire_unreplaced(plan)
-            return self._build_result(plan)
-
-    def build_for_index(self, conversation_id: str, chunk_version: int) -> BuildResult:
-        """The worker's plan step: the conversation's pending chunks."""
-        with self.locks.hold(conversation_id):
-            plan = self.projector.replan(conversation_id, chunk_version)
-            self._retire_unreplaced(plan)
+            if plan.superseded and not plan.pending:
+                # nothing pending to replace them: no upsert would retire them
+                self.projector.retire_superseded(conv)
+            self.projector.settle(conv)
             return self._build_result(plan)
 
     def _build_result(self, plan: Replan) -> BuildResult:
@@ -107,44 +121,46 @@ class IngestService:
             plan.superseded,
         )
 
-    def _retire_unreplaced(self, plan: Replan) -> None:
-        """Superseded chunks with nothing pending to replace them get no upsert to retire
-        them on: retire them now (the caller holds the conversation's lock)."""
-        if plan.superseded and not plan.pending:
-            self.projector.retire_superseded(plan.conversation_id)
-
     # -- AppendEvents ---------------------------------------------------------------------
-    def append(self, events: Sequence[MemoryEvent], allow_gaps: bool = False) -> AppendResult:
-        """Durably log events of any number of conversations and queue them for indexing.
-        A conversation with a bad event is rejected whole (its events are listed in
+    def append(
+        self, events: Sequence[MemoryEvent], allow_gaps: bool = False, access: Access = FULL
+    ) -> AppendResult:
+        """Durably log events of any number of conversations and record their indexing
+        work. A conversation with a bad event is rejected whole (its events are listed in
         `errors`); the others are written."""
         validation.event_count(events)
         by_conv: dict[str, list[tuple[int, MemoryEvent]]] = {}
-        for i, e in enumerate(events):
-            by_conv.setdefault(e.conversation_id, []).append((i, e))
         errors: list[RecordError] = []
+        for i, e in enumerate(events):
+            try:
+                conv = validation.conversation_id(e.conversation_id, f"events[{i}].conversation_id")
+            except InvalidArgument as exc:
+                errors.append(RecordError(_event_ref(e), str(exc)))
+                continue
+            access.check(conv, f"events[{i}].conversation_id")
+            by_conv.setdefault(conv, []).append((i, e))
         good: dict[str, list[EventRow]] = {}
         for conv, items in by_conv.items():
             try:
-                validation.conversation_events(items, conv, self.max_turn_chars)
+                normal = validation.conversation_events(items, conv, self.max_turn_chars)
             except InvalidArgument as exc:
                 errors += [RecordError(_event_ref(e), str(exc)) for _, e in items]
                 continue
-            good[conv] = self._event_rows([e for _, e in items])
+            good[conv] = self._event_rows(normal)
         accepted = duplicates = 0
         with self.log.transaction() as tx:
             for conv, rows in good.items():
                 try:
                     with tx.savepoint():
-                        changed = _store_events(tx, conv, rows, allow_gaps)
+                        tx.open_conversation(conv, self.default_version)
+                        changed = _changed_events(tx, conv, rows, allow_gaps)
+                        if changed:
+                            tx.put_events(changed, tx.record_change(conv, turns=len(changed)))
                 except InvalidArgument as exc:
                     errors += [RecordError(_event_ref(r), str(exc)) for r in rows]
                     continue
                 accepted += len(changed)
                 duplicates += len(rows) - len(changed)
-                if changed:
-                    version = tx.queued_version(conv) or self.default_version
-                    tx.enqueue(conv, len(changed), version)
         return AppendResult(accepted, duplicates, errors)
 
     def _event_rows(self, events: Sequence[MemoryEvent]) -> list[EventRow]:
@@ -166,9 +182,7 @@ class IngestService:
         ]
 
     # -- UpsertVectorRecords --------------------------------------------------------------
-    def upsert(
-        self, records: Sequence[ChunkRecord], register_versions: bool = True
-    ) -> UpsertResult:
+    def upsert(self, records: Sequence[ChunkRecord], access: Access = FULL) -> UpsertResult:
         """Embed and store records the server built. A record is stored only if it equals
         the chunk the conversation's current layout holds for its id; anything else is a
         per-record error with a reason, and the other records are written."""
@@ -176,6 +190,7 @@ class IngestService:
         valid: list[ChunkRecord] = []
         seen: set[str] = set()
         for i, r in enumerate(records):
+            access.check(r.metadata.conversation_id, f"records[{i}].metadata.conversation_id")
             try:
                 validation.record(r, f"records[{i}]")
                 if r.chunk_id in seen:
@@ -187,7 +202,7 @@ class IngestService:
             valid.append(r)
         if not valid:
             return UpsertResult(errors=errors)
-        return self.projector.store_records(valid, errors, register_versions)
+        return self.projector.store_records(valid, errors)
 
     # -- ListChunks -----------------------------------------------------------------------
     def list_chunks(
@@ -197,8 +212,12 @@ class IngestService:
         page_size: int,
         page_token: str,
         chunk_version: int = 0,
+        access: Access = FULL,
     ) -> ChunkPage:
         conv = validation.conversation_id(conversation_id, "conversation_id")
+        access.check(conv, "conversation_id")
+        if include_deleted:
+            access.need_admin("reading deleted chunks", "include_deleted")
         if page_size < 0 or page_size > 1000:
             raise InvalidArgument("page_size", "must be 0 (= 100) to 1000")
         size = page_size or 100
@@ -220,11 +239,25 @@ class IngestService:
         return ChunkPage(page, _encode_page_token(offset + size) if more else "")
 
 
-def _store_events(
+def _build_version(tx: LogWriter, row: Conversation, requested: int) -> int:
+    """The version a Build plans: the conversation's (0), its rebuild's, or a new one,
+    whose rebuild starts now (replacing another rebuild under way)."""
+    if requested in (0, row.active_version):
+        return row.active_version
+    if requested == row.building_version:
+        return requested
+    if row.building_version:
+        tx.drop_layout_version(row.conversation_id, row.building_version)
+    tx.start_building(row.conversation_id, requested)
+    tx.record_change(row.conversation_id, reconcile=bool(row.building_version))
+    return requested
+
+
+def _changed_events(
     tx: LogWriter, conv: str, rows: list[EventRow], allow_gaps: bool
 ) -> list[EventRow]:
-    """Write new and edited turns; identical re-sends are no-ops and deleted turns stay
-    deleted (after a purge, as tombstones). Returns the rows written."""
+    """The new and edited turns (identical re-sends are no-ops; deleted turns stay deleted,
+    after a purge as tombstones); gaps refused unless allowed. The caller writes them."""
     stored = tx.events(conv, (r.turn_id for r in rows))
     changed = [
         r
@@ -235,7 +268,6 @@ def _store_events(
     new_ids = sorted(r.turn_id for r in rows if r.turn_id not in stored)
     if not allow_gaps and new_ids:
         _check_no_gap(tx, conv, new_ids)
-    tx.put_events(changed)
     return changed
 
 

@@ -2,22 +2,29 @@
 
 The event log is the only source of truth. For each conversation and chunk_version the
 *layout* is the set of chunks planned from the live (non-deleted) turns; the store holds
-what the layout holds, and nothing else stays live. Writing a conversation's chunks is
-three steps, each here in one place:
+what the layout holds, and nothing else stays live. Each step is here, in one place:
 
-- `replan` (plan) recomputes the layout from the live turns. New or changed windows are
-  rendered and become *pending* (not yet stored). Chunks that left the layout are either
-  *deleted* (they covered a turn that is now deleted: kept for audit, marked deleted in the
-  store) or *superseded* (a tail replaced by a longer window: removed from the store once
-  its replacement is stored).
+- `replan` (plan) recomputes one version's layout from the live turns. New or changed
+  windows are rendered and become *pending* (not yet stored). Chunks that left the layout
+  are *deleted* (they covered a turn now deleted: kept for audit, hidden in the store) or
+  *superseded* (a tail replaced by a longer window: removed once its replacement is
+  stored).
+- `reconcile` compares the store with the whole layout of a conversation and repairs it:
+  hides what must not be found, removes what no layout holds (purged, retired), moves the
+  `current` mark to the active version, and marks for rewriting what is missing. It is
+  how every log change that is not an append reaches the store: the change records the
+  need in its own transaction, and whoever runs next (the call itself, the worker, a
+  restarted process) reconciles; it is idempotent.
 - `embed` runs the model on the texts not already cached, outside any lock.
-- `write` stores records only if each equals, byte for byte, the chunk the layout holds for
-  its id at the moment of writing (checked again under the conversation's writer lock, after
-  the model has embedded, so a delete or rebuild that lands meanwhile wins). The server is
-  the author of every chunk; a caller can only hand back what a build gave it.
+- `store_records` (write) stores records only if each equals, byte for byte, the chunk the
+  layout holds for its id at the moment of writing (checked again under the conversation's
+  writer lock, after the model has embedded, so a delete or rebuild that lands meanwhile
+  wins). The server authors every chunk.
+- `settle` records how far default searches now reflect the log, and switches a complete
+  rebuild to be the active version.
 
-Callers hold the conversation's writer lock around `replan`; `store_records` takes it for
-the write step itself.
+Callers hold the conversation's writer lock around `replan`, `reconcile` and `settle`;
+`store_records` takes it for its write step.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import structlog
 
 from memsvc.domain.chunking import ChunkRenderer, plan_windows
 from memsvc.domain.hashing import content_hash, text_hash
-from memsvc.domain.records import LayoutRow, StoredChunk
+from memsvc.domain.records import Conversation, LayoutRow, StoredChunk
 from memsvc.domain.types import (
     REASON_DELETED,
     REASON_MISMATCH,
@@ -43,7 +50,7 @@ from memsvc.domain.types import (
     UpsertResult,
 )
 from memsvc.observability import metrics
-from memsvc.ports import ChunkStore, Embedder, EmbeddingCache, EventLog, Span, WriterLocks
+from memsvc.ports import ChunkStore, Embedder, EmbeddingCache, EventLog, LogWriter, WriterLocks
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +65,13 @@ class Replan:
     superseded: list[str]
     # Chunks that left the layout in this replan because a turn they cover is deleted.
     deleted: list[str]
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    pending: list[ChunkRecord]  # layout chunks the store still lacks
+    hidden: int  # chunks hidden (deleted turns, stale renderings)
+    removed: int  # chunks no layout holds, removed (purged, retired)
 
 
 @dataclass
@@ -93,6 +107,8 @@ class Projector:
         the write below, except by appends, which the next replan picks up."""
         conv = conversation_id
         with self.log.snapshot() as r:
+            row = r.conversation(conv)
+            seq = row.work_seq if row is not None else 0
             turns = r.live_turns(conv)
             old = r.layout(conv, version)
             deleted_turns = r.deleted_turn_ids(conv)
@@ -138,14 +154,130 @@ class Projector:
             # leaves nothing visible and the next replan finds the row gone again.
             stored = self.store.get(deleted, with_vectors=True)
             self.store.set_deleted([c for c in stored.values() if not c.record.metadata.deleted])
-        if fresh or gone:
+        if fresh or gone or (row is not None and row.planned_seq(version) != seq):
             with self.log.transaction() as tx:
                 tx.put_layout(fresh)
                 tx.mark_layout_deleted(deleted)
                 tx.drop_layout(superseded)
                 tx.add_superseded(conv, superseded)
                 tx.clear_superseded(r.chunk_id for r in fresh)
+                tx.set_planned(conv, version, seq)
         return Replan(conv, version, pending, superseded, deleted)
+
+    def plan(self, conversation_id: str) -> list[ChunkRecord]:
+        """The chunks a conversation's store still lacks (the active version's first, then
+        a rebuild's): a reconcile when a change asked for one, else the replans."""
+        with self.log.snapshot() as r:
+            conv = r.conversation(conversation_id)
+        if conv is None:
+            return []
+        if conv.needs_reconcile:
+            return self.reconcile(conversation_id).pending
+        plans = [self.replan(conversation_id, conv.active_version)]
+        if conv.building_version:
+            plans.append(self.replan(conversation_id, conv.building_version))
+        if any(p.superseded for p in plans) and not any(p.pending for p in plans):
+            # nothing pending to replace them: no write would retire them
+            self.retire_superseded(conversation_id)
+        return [c for p in plans for c in p.pending]
+
+    # -- reconcile ------------------------------------------------------------------------
+    def reconcile(self, conversation_id: str) -> Reconciled:
+        """Repair the store of one conversation against its whole layout (every version
+        the layout holds: deleted text is hidden in a version kept after a switch too).
+        Idempotent; returns the chunks still to be written, of the searched version and a
+        rebuild under way (a version kept after a switch is a frozen copy: never written
+        again, so a new store does not get it)."""
+        conv = conversation_id
+        with self.log.snapshot() as r:
+            row = r.conversation(conv)
+            versions = set(r.layout_versions(conv))
+        if row is None:  # no log left for it: nothing of it may stay in the store
+            stale = self.store.chunks_of(conv, deleted=None)
+            self.store.delete([c.record.chunk_id for c in stale])
+            return Reconciled([], 0, len(stale))
+        start_seq = row.work_seq
+        versions |= {row.active_version} | ({row.building_version} - {0})
+        plans = {v: self.replan(conv, v) for v in sorted(versions)}
+        # the replans hid the chunks that left their layouts over deleted turns
+        left = sum(len(p.deleted) for p in plans.values())
+        with self.log.snapshot() as r:
+            row = r.conversation(conv) or row
+            layout = r.conversation_layout(conv)
+            waiting = set(r.pending_superseded(conv))
+            deleted_turns = r.deleted_turn_ids(conv)
+        stored = self.store.chunks_of(conv, deleted=None, with_vectors=True)
+        hide: list[StoredChunk] = []
+        remove: list[str] = []
+        mark_on: list[StoredChunk] = []
+        mark_off: list[StoredChunk] = []
+        rewrite: set[str] = set()
+        for s in stored:
+            cid, m = s.record.chunk_id, s.record.metadata
+            layout_row = layout.get(cid)
+            if layout_row is None:
+                if cid in waiting and not m.deleted:
+                    # a superseded tail, retired once its replacement is stored; hidden
+                    # now if it covers a turn deleted since
+                    if _span_covers_any(m.turn_range.start, m.turn_range.end, deleted_turns):
+                        hide.append(s)
+                elif cid not in waiting:
+                    remove.append(cid)  # no layout holds it: purged, retired, or orphaned
+                continue
+            if layout_row.deleted:
+                if not m.deleted:
+                    hide.append(s)
+                continue
+            if layout_row.content_hash != s.content_hash or m.deleted:
+                if not m.deleted:
+                    hide.append(s)  # a stale rendering: hidden until its chunk is written
+                rewrite.add(cid)
+                continue
+            wanted = layout_row.chunk_version == row.active_version
+            if s.current != wanted:
+                (mark_on if wanted else mark_off).append(s)
+        present = {s.record.chunk_id for s in stored}
+        rewrite |= {
+            cid
+            for cid, lr in layout.items()
+            if lr.indexed and not lr.deleted and cid not in present
+        }
+        # The new current rows first, then the old ones off: a search meanwhile sees both
+        # (identical texts collapse), never neither.
+        self.store.set_current(mark_on, True)
+        self.store.set_deleted(hide)
+        self.store.set_current(mark_off, False)
+        self.store.delete(remove)
+        with self.log.transaction() as tx:
+            tx.unmark_indexed(sorted(rewrite & {cid for cid, lr in layout.items() if lr.indexed}))
+            erasures = tx.erasures()
+        if erasures:
+            self.cache.forget(erasures)
+            with self.log.transaction() as tx:
+                tx.clear_erasures(erasures)
+        if rewrite:
+            plans.update({v: self.replan(conv, v) for v in sorted(versions)})
+        with self.log.transaction() as tx:
+            tx.settle(
+                conv,
+                done_seq=0,
+                reconciled_seq=start_seq,
+                progress_seq=row.progress_seq,
+                last_indexed_turn=row.last_indexed_turn,
+            )
+        hidden = len(hide) + left
+        metrics.CHUNKS_WRITTEN.labels("deleted").inc(hidden)
+        if hide or remove or mark_on or mark_off:
+            log.info(
+                "conversation_reconciled",
+                conversation_id=conv,
+                hidden=len(hide),
+                removed=len(remove),
+                marked=len(mark_on) + len(mark_off),
+            )
+        written = {row.active_version, row.building_version}
+        pending = [c for v in sorted(plans) if v in written for c in plans[v].pending]
+        return Reconciled(pending, hidden, len(remove))
 
     # -- embed ----------------------------------------------------------------------------
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -154,26 +286,18 @@ class Projector:
 
     # -- write ----------------------------------------------------------------------------
     def store_records(
-        self,
-        records: Sequence[ChunkRecord],
-        errors: list[RecordError],
-        register_versions: bool = True,
+        self, records: Sequence[ChunkRecord], errors: list[RecordError]
     ) -> UpsertResult:
         """Embed and store server-authored records; anything else is a per-record error.
-
-        `register_versions=False` (a reindex in progress) keeps searches on the
-        conversation's previous version until the worker completes it."""
+        Then each conversation written is settled."""
         try:
-            return self._store_records(records, errors, register_versions)
+            return self._store_records(records, errors)
         except Exception as exc:
             metrics.count_failed_write(exc, len(records))
             raise
 
     def _store_records(
-        self,
-        records: Sequence[ChunkRecord],
-        errors: list[RecordError],
-        register_versions: bool,
+        self, records: Sequence[ChunkRecord], errors: list[RecordError]
     ) -> UpsertResult:
         authored = self._authored(records, errors)
         # The model is the slow part: embed before taking any lock. Texts already stored
@@ -191,7 +315,8 @@ class Projector:
             by_conv.setdefault(r.metadata.conversation_id, []).append(r)
         for conv, group in by_conv.items():
             with self.locks.hold(conv):
-                self._write(conv, group, vectors, errors, counts, register_versions)
+                self._write(conv, group, vectors, errors, counts)
+                self.settle(conv)
         for outcome in ("upserted", "updated", "unchanged"):
             metrics.CHUNKS_WRITTEN.labels(outcome).inc(getattr(counts, outcome))
         metrics.count_upsert_failures([e.reason for e in errors])
@@ -257,22 +382,26 @@ class Projector:
         vectors: dict[str, np.ndarray],
         errors: list[RecordError],
         counts: _Counts,
-        register_versions: bool,
     ) -> None:
-        """Under the conversation's lock: check authorship again, write, bookkeep."""
+        """Under the conversation's lock: check authorship again, write, bookkeep. A chunk
+        of the active version is written `current` (what default searches read)."""
         records = self._authored(records, errors)
+        with self.log.snapshot() as view:
+            row = view.conversation(conv)
+        active = row.active_version if row is not None else 0
         existing = self.store.get([r.chunk_id for r in records])
         writes: list[StoredChunk] = []
         for r in records:
             old = existing.get(r.chunk_id)
-            if _holds(old, r):
+            current = r.metadata.chunk_version == active
+            if _holds(old, r) and old is not None and old.current == current:
                 counts.unchanged += 1
                 continue
             live = replace(r, metadata=replace(r.metadata, deleted=False))
             vector = vectors.get(r.text)
             if vector is None:  # stored text, changed by a concurrent write: embed it now
                 vector = self.embed([r.text])[0]
-            writes.append(StoredChunk(live, content_hash(live), vector))
+            writes.append(StoredChunk(live, content_hash(live), vector, current))
             if old is None:
                 counts.upserted += 1
             else:
@@ -280,18 +409,7 @@ class Projector:
         self.store.upsert(writes)
         with self.log.transaction() as tx:
             tx.mark_indexed([(r.chunk_id, text_hash(r.text)) for r in records])
-            tx.advance_indexed(conv)
-            if writes:
-                tx.add_store_versions(
-                    {(conv, w.record.metadata.chunk_version) for w in writes},
-                    complete=register_versions,
-                )
         counts.retired += self.retire_superseded(conv)
-
-    def version_complete(self, conversation_id: str, version: int) -> None:
-        """A rebuild of `version` is wholly stored: searches read it from now on."""
-        with self.log.transaction() as tx:
-            tx.add_store_versions([(conversation_id, version)], complete=True)
 
     def _drop_too_long(
         self, records: list[ChunkRecord], errors: list[RecordError]
@@ -329,22 +447,61 @@ class Projector:
         metrics.CHUNKS_WRITTEN.labels("retired").inc(len(live))
         return len(live)
 
-    def hide_deleted_turns(self, conversation_id: str, spans: Sequence[Span] | None) -> int:
-        """Mark deleted every live stored chunk of the conversation that overlaps the spans
-        (None = all) and is not a chunk of the current layout (layout chunks are rendered
-        from live turns only). Returns the number of chunks changed."""
-        candidates = self.store.live_overlapping(conversation_id, spans, with_vectors=True)
-        with self.log.snapshot() as r:
-            layout = r.layout_rows([c.record.chunk_id for c in candidates])
-        stale = [
-            c
-            for c in candidates
-            if (row := layout.get(c.record.chunk_id)) is None
-            or row.deleted
-            or row.content_hash != c.content_hash
-        ]
-        self.store.set_deleted(stale)
-        return len(stale)
+    # -- settle ---------------------------------------------------------------------------
+    def settle(self, conversation_id: str) -> Conversation | None:
+        """Under the conversation's lock, after writes: how far default searches reflect
+        the log now, and a complete rebuild made the active version (its `current` marks
+        moved by a reconcile, now if the store allows)."""
+        conv = conversation_id
+        with self.log.transaction() as tx:
+            row = tx.conversation(conv)
+            if row is None:
+                return None
+            if _rebuild_complete(row, tx.first_unindexed_turn(conv, row.building_version)):
+                tx.switch_version(conv)
+                tx.record_change(conv, reconcile=True)
+                switched = True
+            else:
+                switched = False
+                row = _settle(tx, row)
+        if switched:
+            log.info("chunk_version_switched", conversation_id=conv)
+            self.reconcile(conv)  # moves the current marks; replans bring plans up to date
+            with self.log.transaction() as tx:
+                row = tx.conversation(conv)
+                if row is not None:
+                    row = _settle(tx, row)
+        return row
+
+
+def _rebuild_complete(row: Conversation, first_unindexed: int | None) -> bool:
+    """A rebuild is complete when its layout reflects every change and is wholly stored."""
+    return (
+        row.building_version != 0
+        and not row.needs_reconcile
+        and row.building_planned_seq >= row.work_seq
+        and first_unindexed is None
+    )
+
+
+def _settle(writer: LogWriter, row: Conversation) -> Conversation:
+    """Default searches reflect the log through the active version's plan once that layout
+    is wholly stored and no reconcile is outstanding; a bounded step stored part of it."""
+    conv = row.conversation_id
+    first = writer.first_unindexed_turn(conv, row.active_version)
+    done, progress_seq, last = row.done_seq, row.progress_seq, row.last_indexed_turn
+    if not row.needs_reconcile:
+        if first is None:
+            done = max(done, row.active_planned_seq)
+        else:
+            progress_seq, last = row.active_planned_seq, first - 1
+    return writer.settle(
+        conv,
+        done_seq=done,
+        reconciled_seq=row.reconciled_seq,
+        progress_seq=progress_seq,
+        last_indexed_turn=last,
+    )
 
 
 def embed_passages_cached(
@@ -378,5 +535,9 @@ def _holds(stored: StoredChunk | None, record: ChunkRecord) -> bool:
 
 
 def _covers_any(row: LayoutRow, sorted_turns: Sequence[int]) -> bool:
-    i = bisect.bisect_left(sorted_turns, row.start_turn)
-    return i < len(sorted_turns) and sorted_turns[i] <= row.end_turn
+    return _span_covers_any(row.start_turn, row.end_turn, sorted_turns)
+
+
+def _span_covers_any(start: int, end: int, sorted_turns: Sequence[int]) -> bool:
+    i = bisect.bisect_left(sorted_turns, start)
+    return i < len(sorted_turns) and sorted_turns[i] <= end

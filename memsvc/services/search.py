@@ -13,6 +13,7 @@ With MMR the selection changes, the scores do not: hits stay sorted by score.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from enum import StrEnum
 import numpy as np
 
 from memsvc.domain import validation
+from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import Cancelled, InvalidArgument
 from memsvc.domain.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K
 from memsvc.domain.records import Candidate, Scored, StoredChunk
@@ -127,9 +129,11 @@ class SearchService:
                 )
 
     # -- EmbedDb --------------------------------------------------------------------------
-    def search(self, req: SearchRequest) -> tuple[SearchMode, int, list[Hit]]:
+    def search(
+        self, req: SearchRequest, access: Access = FULL
+    ) -> tuple[SearchMode, int, list[Hit]]:
         _check_query(req.query_text, "query_text")
-        validation.search_filters(req.filters)
+        scope = self._scope(req, access)
         mode = req.mode or self.tuning.default_mode
         if mode is not SearchMode.KEYWORD:
             self._check_tokens([req.query_text], ["query_text"], is_query=True)
@@ -138,7 +142,7 @@ class SearchService:
         if not 0.0 <= req.mmr_lambda <= 1.0:
             raise InvalidArgument("mmr_lambda", "must be 0 (off) or in (0, 1]")
         top_k = req.top_k or DEFAULT_TOP_K
-        scope = self._scope(req)
+        audit = scope.filters.include_deleted
         if mode is SearchMode.HYBRID:
             pool = max(HYBRID_POOL, top_k * 4)
         elif req.mmr_lambda:
@@ -173,47 +177,108 @@ class SearchService:
             ranked = _scored(candidates)
         if req.mmr_lambda and len(ranked) > top_k:
             head = ranked[: max(MMR_POOL, top_k * 4)]
-            records = self.store.get([cid for cid, _ in head], with_vectors=True)
+            records = self._verified(
+                self.store.get([cid for cid, _ in head], with_vectors=True), audit
+            )
             picked = mmr_select(dedup_text(head, records), records, top_k, req.mmr_lambda)
             top = sorted(picked, key=lambda x: -x[1])
         else:
             known = {c.chunk_id: c.stored for c in candidates if c.stored is not None}
-            top, records = self._top_unique(ranked, top_k, known)
+            top, records = self._top_unique(ranked, top_k, self._verified(known, audit), audit)
         hits = [
             Hit(cid, score, records[cid].record.text, records[cid].record.metadata)
             for cid, score in top
         ]
         return mode, top_k, hits
 
-    def _scope(self, req: SearchRequest) -> SearchScope:
-        """The filters, and the version each conversation with several reads (newest
-        complete) unless the request names one."""
-        f = req.filters
-        if f.chunk_version:
-            return SearchScope(f)
+    def _scope(self, req: SearchRequest, access: Access) -> SearchScope:
+        """The filters in normal form, within what the token may read: its prefixes when it
+        names no conversation (limited tokens) and deleted chunks for admins only. A store
+        that does not mark each conversation's current chunks gets the version map."""
+        f = validation.search_filters(req.filters)
+        access.check_all(f.conversation_ids, "filters.conversation_ids")
+        if not f.conversation_ids:
+            access.every_conversation("EmbedDb")
+        if f.include_deleted:
+            access.need_admin("reading deleted chunks", "filters.include_deleted")
+        prefixes = () if f.conversation_ids else access.prefixes
+        if f.chunk_version or self.store.marks_current:
+            return SearchScope(f, prefixes)
         with self.log.snapshot() as r:
-            return SearchScope(f, r.multi_version_latest(f.conversation_ids))
+            return SearchScope(f, prefixes, r.active_versions_of_multi(f.conversation_ids))
+
+    def _verified(self, records: Mapping[str, StoredChunk], audit: bool) -> dict[str, StoredChunk]:
+        """The records the log holds live now: a chunk of its layout with the same content
+        (or a superseded tail awaiting removal). While a conversation's delete or purge is
+        committed but not yet reconciled, its layout may predate it: then a chunk whose
+        turn range holds a deleted turn is left out too. So what a crash or an outage left
+        in the store is never returned, even before the recorded work repairs it. `audit`
+        (include deleted) keeps the layout's deleted chunks too."""
+        if not records:
+            return {}
+        ids = list(records)
+        convs = {s.record.metadata.conversation_id for s in records.values()}
+        with self.log.snapshot() as r:
+            layout = r.layout_rows(ids)
+            waiting = r.waiting_superseded(ids)
+            rows = {c: r.conversation(c) for c in convs}
+            unsettled = {c for c, conv in rows.items() if conv is not None and conv.needs_reconcile}
+            deleted = {
+                c: r.deleted_turn_ids(c) for c in (_conversations_of(records, waiting) | unsettled)
+            }
+        out: dict[str, StoredChunk] = {}
+        for cid, stored in records.items():
+            row = layout.get(cid)
+            m = stored.record.metadata
+            if row is not None:
+                known = row.content_hash == stored.content_hash and (audit or not row.deleted)
+            else:
+                known = cid in waiting
+            if not known:
+                continue
+            # A superseded tail was never re-rendered: its range says what it holds.
+            doubtful = row is None or m.conversation_id in unsettled
+            turns = deleted.get(m.conversation_id, []) if doubtful else []
+            if not audit and _span_holds(m.turn_range.start, m.turn_range.end, turns):
+                continue
+            out[cid] = stored
+        return out
 
     def _top_unique(
-        self, ranked: Sequence[Scored], top_k: int, known: Mapping[str, StoredChunk]
+        self,
+        ranked: Sequence[Scored],
+        top_k: int,
+        known: Mapping[str, StoredChunk],
+        audit: bool,
     ) -> tuple[list[Scored], dict[str, StoredChunk]]:
         """The first `top_k` candidates with distinct texts, and their records. Records
         the search returned whole are `known`; the others are read top_k at first, then
         in slices twice as large each time: one read when texts differ (the usual case), a
         few when many candidates share a text (say a greeting repeated in every
         conversation of an unscoped search), never one read per duplicate. A chunk removed
-        between the search and the read is skipped."""
+        between the search and the read, or one the log does not hold live, is skipped."""
         top: list[Scored] = []
         records: dict[str, StoredChunk] = dict(known)
+        read = set(known)
         start, size = 0, top_k
         while len(top) < top_k and start < len(ranked):
             part = ranked[start : start + size]
             start, size = start + len(part), size * 2
-            missing = [cid for cid, _ in part if cid not in records]
+            missing = [cid for cid, _ in part if cid not in read]
             if missing:
-                records.update(self.store.get(missing))
+                read.update(missing)
+                records.update(self._verified(self.store.get(missing), audit))
             top = dedup_text(ranked[:start], records)
         return top[:top_k], records
+
+
+def _conversations_of(records: Mapping[str, StoredChunk], ids: set[str]) -> set[str]:
+    return {records[cid].record.metadata.conversation_id for cid in ids if cid in records}
+
+
+def _span_holds(start: int, end: int, sorted_turns: Sequence[int]) -> bool:
+    i = bisect.bisect_left(sorted_turns, start)
+    return i < len(sorted_turns) and sorted_turns[i] <= end
 
 
 def _scored(candidates: Sequence[Candidate]) -> list[Scored]:

@@ -87,6 +87,20 @@ def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
         assert refused.returncode == 2  # argparse: one of the two is required
         assert cli(target, "reindex", "--all", "--chunk-version", "2").returncode == 0
         assert "cancelled 1" in cli(target, "reindex", "--all", "--cancel").stdout
+        late = tmp_path / "late.jsonl"
+        late.write_text(
+            json.dumps(
+                {
+                    "conversation_id": "c1",
+                    "turn_id": 10,
+                    "speaker": "user",
+                    "text": "One more thing while indexing is paused.",
+                    "timestamp": "2026-02-03T09:00:00+08:00",
+                }
+            )
+            + "\n"
+        )
+        assert cli(target, "append", str(late)).returncode == 0
 
         metrics = scrape(metrics_port)
         for family in (
@@ -112,7 +126,7 @@ def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
         assert total(metrics["memsvc_embedded_texts_total"], kind="passage") >= 3
         assert total(metrics["memsvc_embedded_texts_total"], kind="query") >= 2
         assert metrics["memsvc_store_up"][()] == 1
-        # paused with the reindex-cancelled conversation queued: the lag is visible
+        # paused with a turn appended since: the lag is visible
         assert total(metrics["memsvc_index_conversations"]) == 1
         assert total(metrics["memsvc_index_conversations"], state="pending") == 1
         assert metrics["memsvc_index_backlog_turns"][()] > 0
@@ -154,6 +168,6 @@ def test_cancelled_reindex_keeps_the_old_version_answering(services: Services) -
     assert versions == {1}
     services.control.set_paused(False)
     done = services.control.wait_for_indexed("rx", len(EN_TURNS) - 1, 60)
-    assert done is not None and done.indexed_through(len(EN_TURNS) - 1)
+    assert done is not None and services.control.is_indexed("rx", len(EN_TURNS) - 1)
     _, _, hits = services.search.search(SearchRequest("Biscuit", 6, SearchFilters(("rx",))))
     assert hits and {h.metadata.chunk_version for h in hits} == {1}

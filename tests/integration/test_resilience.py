@@ -142,11 +142,11 @@ def test_a_huge_turn_does_not_hold_up_other_conversations(
         svc.worker.notify()
         # ...and the worker takes turns: the small conversation is done before the huge one.
         small = svc.control.wait_for_indexed("small", 9, 300)
-        assert small is not None and small.indexed_through(9)
+        assert small is not None and svc.control.is_indexed("small", 9)
         huge_now = svc.queue.status(["huge"])[0]
-        assert not huge_now.indexed_through(0), huge_now
+        assert not svc.control.is_indexed("huge", 0), huge_now
         done = svc.control.wait_for_indexed("huge", 0, 600)
-        assert done is not None and done.indexed_through(0) and done.attempts == 0
+        assert done is not None and svc.control.is_indexed("huge", 0) and done.attempts == 0
         stored = svc.ingest.list_chunks("huge", False, 1000, "").chunks
         assert len(stored) > svc.worker.settings.max_chunks_per_cycle  # took several steps
     finally:

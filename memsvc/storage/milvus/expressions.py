@@ -65,23 +65,58 @@ def overlapping_expr(conversation_id: str, spans: Sequence[Span] | None) -> str:
     return f"{expr} and ({overlaps})"
 
 
-def version_expr(newest_of_multi: Mapping[str, int]) -> str:
-    """Newest version per conversation. `newest_of_multi` holds only the conversations that
-    have several versions stored; every other conversation has one, which is its newest."""
-    if not newest_of_multi:
+def version_expr(versions_of_multi: Mapping[int, Sequence[str]]) -> str:
+    """The version each conversation reads, for a store without the `current` mark:
+    `versions_of_multi` lists, by version, the conversations that hold several; every
+    other conversation holds one. Grouped by version, so the expression's depth stays the
+    number of versions however many conversations are listed (a chain of one clause per
+    conversation fails in Milvus past ~50)."""
+    if not versions_of_multi:
         return ""
-    convs = sorted(newest_of_multi)
-    parts = [f"conversation_id not in {str_list(convs)}"]
+    listed = sorted(c for convs in versions_of_multi.values() for c in convs)
+    parts = [f"conversation_id not in {str_list(listed)}"]
     parts += [
-        f"(conversation_id == {quote(c)} and chunk_version == {int(newest_of_multi[c])})"
-        for c in convs
+        f"(conversation_id in {str_list(sorted(convs))} and chunk_version == {int(v)})"
+        for v, convs in sorted(versions_of_multi.items())
     ]
     return "(" + " or ".join(parts) + ")"
 
 
-def filter_expr(filters: SearchFilters, newest_of_multi: Mapping[str, int]) -> str:
+def successor(prefix: str) -> str:
+    """The least string greater than every string starting with `prefix` (code point
+    order, which is Milvus's byte order of UTF-8)."""
+    head = prefix.rstrip(chr(0x10FFFF))
+    if not head:
+        return ""
+    following = ord(head[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:  # surrogates are no characters: skip past them
+        following = 0xE000
+    return head[:-1] + chr(following)
+
+
+def prefixes_expr(prefixes: Sequence[str]) -> str:
+    """Conversation ids starting with one of `prefixes`, as ranges (exact: Milvus's LIKE
+    treats `_` as a wildcard, and an escaped LIKE pattern crashed Milvus Lite 2.5.1)."""
+    parts = []
+    for p in prefixes:
+        upper = successor(p)
+        lower = f"conversation_id >= {quote(p)}"
+        parts.append(f"({lower} and conversation_id < {quote(upper)})" if upper else lower)
+    return "(" + " or ".join(parts) + ")"
+
+
+def filter_expr(
+    filters: SearchFilters,
+    versions_of_multi: Mapping[int, Sequence[str]] | None,
+    prefixes: Sequence[str] = (),
+) -> str:
+    """The Milvus boolean expression for `filters` ("" = no filter). Default searches read
+    each conversation's active version: `current == true` where rows carry the mark
+    (`versions_of_multi` None), else the version expression."""
     """The Milvus boolean expression for `filters` ("" = no filter)."""
     parts: list[str] = []
+    if prefixes:
+        parts.append(prefixes_expr(prefixes))
     if filters.conversation_ids:
         parts.append(in_expr("conversation_id", filters.conversation_ids))
     if filters.participants:
@@ -99,12 +134,16 @@ def filter_expr(filters: SearchFilters, newest_of_multi: Mapping[str, int]) -> s
         parts.append("deleted == false")
     if filters.chunk_version:
         parts.append(f"chunk_version == {int(filters.chunk_version)}")
+    elif versions_of_multi is None:
+        parts.append("current == true")
     else:
-        newest = version_expr(newest_of_multi)
-        if newest:
-            parts.append(newest)
+        active = version_expr(versions_of_multi)
+        if active:
+            parts.append(active)
     return " and ".join(parts)
 
 
-def scope_expr(scope: SearchScope) -> str:
-    return filter_expr(scope.filters, scope.newest_of_multi)
+def scope_expr(scope: SearchScope, marks_current: bool) -> str:
+    return filter_expr(
+        scope.filters, None if marks_current else scope.versions_of_multi, scope.prefixes
+    )

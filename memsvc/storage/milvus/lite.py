@@ -14,3 +14,15 @@ def release(uri: str) -> None:
     from milvus_lite.server_manager import server_manager_instance
 
     server_manager_instance.release_server(uri)
+
+
+def vacuum(uri: str) -> None:
+    """Milvus Lite keeps rows in a SQLite file; a deleted row's bytes stay in its free pages
+    until the file is rewritten. Run with the process stopped (after `release`)."""
+    import sqlite3
+
+    conn = sqlite3.connect(uri, isolation_level=None)
+    try:
+        conn.execute("VACUUM")
+    finally:
+        conn.close()

@@ -5,6 +5,7 @@ an error, never a mix of vectors)."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import structlog
@@ -20,9 +21,12 @@ from memsvc.domain.limits import (
 
 log = structlog.get_logger(__name__)
 
-# 2: English words stemmed in the BM25 analyzer. A version-1 collection keeps working
-# (without stemming) until it is rebuilt under a new collection name.
-SCHEMA_VERSION = 2
+# 2: English words stemmed in the BM25 analyzer.
+# 3: `current` marks the rows of each conversation's active version, so a default search
+#    filters on one field however many conversations are mid-migration.
+# An older collection keeps working (without stemming; with version filters listing the
+# conversations that hold several versions) until rebuilt under a new collection name.
+SCHEMA_VERSION = 3
 KEYWORD_ANALYZER: dict[str, Any] = {
     # jieba cuts Chinese into words and English at spaces and punctuation; the Snowball
     # English stemmer then maps "paints", "painted", "painting" to one term and leaves
@@ -48,11 +52,17 @@ SCALAR_FIELDS = [
     "part_index",
     "part_count",
 ]
+# Fields a collection of this schema version has beyond SCALAR_FIELDS.
+CURRENT_SINCE = 3
 
 
-def ensure_collection(client: Any, collection: str, uri: str, model: str, dim: int) -> int:
-    """Opens (loads) the collection, or creates it; returns its schema version. A collection
-    written with another model or dimension is FailedPrecondition with the remedy."""
+def ensure_collection(
+    client: Any, collection: str, uri: str, model: str, dim: int
+) -> tuple[int, str]:
+    """Opens (loads) the collection, or creates it; returns its schema version and its
+    identity (an id made when the collection was created: the log recognises the same
+    collection at another address). A collection written with another model or dimension
+    is FailedPrecondition with the remedy."""
     if client.has_collection(collection):
         desc = client.describe_collection(collection).get("description", "")
         try:
@@ -69,21 +79,38 @@ def ensure_collection(client: Any, collection: str, uri: str, model: str, dim: i
             )
         version = int(found.get("memsvc_schema", 1))
         if version < SCHEMA_VERSION:
+            effects = []
+            if version < 2:
+                effects.append("keyword search does not stem English words")
+            if version < CURRENT_SINCE:
+                effects.append(
+                    "default searches filter versions by listing the conversations that"
+                    " hold several (no current mark)"
+                )
             log.warning(
                 "collection_schema_old",
                 collection=collection,
                 schema=version,
                 current=SCHEMA_VERSION,
-                effect="keyword search does not stem English words",
+                effect="; ".join(effects),
                 remedy="set MEMSVC_COLLECTION to a new name: it is rebuilt from the"
                 " event log; drop the old collection afterwards",
             )
         client.load_collection(collection)
-        return version
-    marker = {"memsvc_schema": SCHEMA_VERSION, "model": model, "dim": dim}
-    _create(client, collection, json.dumps(marker), dim)
+        # Collections made before they had an id are known by their address.
+        identity = found.get("store_id") or f"{uri}|{collection}"
+        return version, f"{identity}|{model}|{dim}"
+    store_id = uuid.uuid4().hex
+    marker = {"memsvc_schema": SCHEMA_VERSION, "model": model, "dim": dim, "store_id": store_id}
+    try:
+        _create(client, collection, json.dumps(marker), dim)
+    except Exception:
+        if not client.has_collection(collection):
+            raise
+        # another process sharing the store created it meanwhile: open theirs
+        return ensure_collection(client, collection, uri, model, dim)
     log.info("collection_created", collection=collection, model=model, dim=dim)
-    return SCHEMA_VERSION
+    return SCHEMA_VERSION, f"{store_id}|{model}|{dim}"
 
 
 def _create(client: Any, collection: str, description: str, dim: int) -> None:
@@ -123,6 +150,8 @@ def _create(client: Any, collection: str, description: str, dim: int) -> None:
     schema.add_field("deleted", DataType.BOOL)
     schema.add_field("part_index", DataType.INT64)
     schema.add_field("part_count", DataType.INT64)
+    if SCHEMA_VERSION >= CURRENT_SINCE:
+        schema.add_field("current", DataType.BOOL)
     schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
     schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
     schema.add_function(

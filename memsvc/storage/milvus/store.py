@@ -18,14 +18,14 @@ from typing import Any, TypeVar
 import numpy as np
 import structlog
 
-from memsvc.domain.errors import FailedPrecondition, StoreUnavailable
+from memsvc.domain.errors import DiskFull, FailedPrecondition, StoreUnavailable
 from memsvc.domain.records import Candidate, StoredChunk
 from memsvc.domain.text import epoch_ms
 from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
 from memsvc.ports import SearchScope, Span
 from memsvc.storage.milvus import expressions as ex
 from memsvc.storage.milvus import lite, schema
-from memsvc.storage.milvus.schema import SCALAR_FIELDS
+from memsvc.storage.milvus.schema import CURRENT_SINCE, SCALAR_FIELDS
 
 log = structlog.get_logger(__name__)
 
@@ -41,10 +41,10 @@ PING_TIMEOUT_S = 2.0
 R = TypeVar("R")
 
 
-def _to_row(chunk: StoredChunk) -> dict[str, Any]:
+def _to_row(chunk: StoredChunk, with_current: bool) -> dict[str, Any]:
     r, m = chunk.record, chunk.record.metadata
     assert chunk.vector is not None
-    return {
+    row = {
         "chunk_id": r.chunk_id,
         "conversation_id": m.conversation_id,
         "text": r.text,
@@ -68,6 +68,9 @@ def _to_row(chunk: StoredChunk) -> dict[str, Any]:
         "part_count": m.part_count,
         "vector": np.asarray(chunk.vector, dtype=np.float32).tolist(),
     }
+    if with_current:
+        row["current"] = chunk.current
+    return row
 
 
 def _from_row(row: dict[str, Any]) -> StoredChunk:
@@ -88,6 +91,7 @@ def _from_row(row: dict[str, Any]) -> StoredChunk:
         ChunkRecord(row["chunk_id"], row["text"], metadata),
         row["content_hash"],
         None if vector is None else np.asarray(vector, dtype=np.float32),
+        bool(row.get("current", True)),
     )
 
 
@@ -100,6 +104,11 @@ def _candidates(hits: Sequence[Any], whole: bool) -> list[Candidate]:
         )
         for h in hits
     ]
+
+
+def _disk_full(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "disk is full" in text or "no space left" in text
 
 
 def _store_call(fn: Callable[..., R]) -> Callable[..., R]:
@@ -115,6 +124,8 @@ def _store_call(fn: Callable[..., R]) -> Callable[..., R]:
         except (FailedPrecondition, StoreUnavailable):
             raise
         except Exception as exc:
+            if _disk_full(exc):
+                raise DiskFull(f"vector store ({self.uri}): the disk is full") from exc
             if self.ping():
                 raise
             self.mark_down(exc)
@@ -138,8 +149,18 @@ class MilvusChunkStore:
         self._token = token
         self._client = self._connect()
         self._up = threading.Event()
-        self.schema_version = schema.ensure_collection(self._client, collection, uri, model, dim)
+        self.schema_version, self.identity = schema.ensure_collection(
+            self._client, collection, uri, model, dim
+        )
         self._up.set()
+
+    @property
+    def marks_current(self) -> bool:
+        return self.schema_version >= CURRENT_SINCE
+
+    @property
+    def _fields(self) -> list[str]:
+        return SCALAR_FIELDS + (["current"] if self.marks_current else [])
 
     def _connect(self) -> Any:
         from pymilvus import MilvusClient
@@ -149,9 +170,26 @@ class MilvusChunkStore:
             kwargs["token"] = self._token
         return MilvusClient(**kwargs)
 
-    def close(self) -> None:
+    def close(self, erase: bool = False) -> None:
+        """Disconnect (stopping Milvus Lite's process). `erase`: then rewrite the Milvus
+        Lite file without the pages that held deleted rows."""
         self._up.clear()
-        self._client.close()
+        with contextlib.suppress(Exception):
+            self._client.close()
+        if lite.is_lite(self.uri):
+            lite.release(self.uri)
+            if erase:
+                lite.vacuum(self.uri)
+
+    def compact(self) -> None:
+        """A Milvus server drops deleted rows from its segments when it compacts them
+        (Milvus Lite cannot compact while running: its file is rewritten at close)."""
+        if lite.is_lite(self.uri) or not self.up:
+            return
+        try:
+            self._client.compact(self.collection)
+        except Exception as exc:  # best effort: the server compacts on its own schedule too
+            log.warning("store_compact_failed", error=str(exc)[:300])
 
     # -- health ---------------------------------------------------------------------------
     @property
@@ -179,7 +217,7 @@ class MilvusChunkStore:
             with contextlib.suppress(Exception):  # the old connection is dead
                 old.close()
             self._client = self._connect()
-            self.schema_version = schema.ensure_collection(
+            self.schema_version, self.identity = schema.ensure_collection(
                 self._client, self.collection, self.uri, self.model, self.dim
             )
         except FailedPrecondition:
@@ -196,7 +234,7 @@ class MilvusChunkStore:
     def get(self, chunk_ids: Sequence[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
         if not chunk_ids:
             return {}
-        fields = SCALAR_FIELDS + (["vector"] if with_vectors else [])
+        fields = self._fields + (["vector"] if with_vectors else [])
         out: dict[str, StoredChunk] = {}
         # A read by primary key (get/query) costs Milvus Lite ~6 ms at 100,000 rows however
         # few the ids; a FLAT search restricted to the same ids returns the same rows in
@@ -237,7 +275,7 @@ class MilvusChunkStore:
     @_store_call
     def _query(self, expr: str, with_vectors: bool = False) -> list[StoredChunk]:
         """Every row matching `expr` (paged past Milvus's per-query cap)."""
-        fields = SCALAR_FIELDS + (["vector"] if with_vectors else [])
+        fields = self._fields + (["vector"] if with_vectors else [])
         out: list[StoredChunk] = []
         seen: set[str] = set()
         # Page by primary key: stable, and not limited by offset + limit <= 16,384.
@@ -275,8 +313,8 @@ class MilvusChunkStore:
             data=[np.asarray(vector, dtype=np.float32).tolist()],
             anns_field="vector",
             limit=limit,
-            filter=ex.scope_expr(scope),
-            output_fields=SCALAR_FIELDS if whole else ["chunk_id"],
+            filter=ex.scope_expr(scope, self.marks_current),
+            output_fields=self._fields if whole else ["chunk_id"],
             search_params={"metric_type": "IP"},
         )
         return _candidates(result[0], whole)
@@ -293,8 +331,8 @@ class MilvusChunkStore:
                 data=[text],
                 anns_field="sparse",
                 limit=limit,
-                filter=ex.scope_expr(scope),
-                output_fields=SCALAR_FIELDS if whole else ["chunk_id"],
+                filter=ex.scope_expr(scope, self.marks_current),
+                output_fields=self._fields if whole else ["chunk_id"],
                 search_params={"metric_type": "BM25"},
             )
         except MilvusException as exc:
@@ -310,7 +348,8 @@ class MilvusChunkStore:
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         """Insert or replace whole rows by chunk_id; one call per batch."""
         if chunks:
-            self._client.upsert(self.collection, [_to_row(c) for c in chunks])
+            rows = [_to_row(c, self.marks_current) for c in chunks]
+            self._client.upsert(self.collection, rows)
 
     @_store_call
     def delete(self, chunk_ids: Sequence[str]) -> None:
@@ -327,3 +366,7 @@ class MilvusChunkStore:
                 for c in chunks
             ]
         )
+
+    def set_current(self, chunks: Sequence[StoredChunk], current: bool) -> None:
+        if self.marks_current:
+            self.upsert([replace(c, current=current) for c in chunks])

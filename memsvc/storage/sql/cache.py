@@ -47,5 +47,9 @@ class SqlEmbeddingCache:
             row = sql.one("SELECT COUNT(*) FROM vectors")
         return int(row[0]) if row else 0
 
+    def erase(self) -> None:
+        """Leave no forgotten vector in the cache's files."""
+        self.database.erase()
+
     def close(self) -> None:
         self.database.close()

@@ -1,17 +1,10 @@
-"""The event log and the chunk bookkeeping kept beside it, in shared SQL (tables: see the
-schema modules of each backend).
+"""The event log: events and meta here; layout queries in memsvc.storage.sql.layout,
+conversation rows (versions, durable projection work) in memsvc.storage.sql.work. One
+`SqlLog` carries all of them for one snapshot or transaction (memsvc.ports.LogWriter).
 
-- events: every turn received, raw and cleaned, with its token count and deleted flag. A
-  purged turn stays as a tombstone (deleted, purged, no text) so turn numbering continues.
-- layout: per conversation and chunk_version, the chunks the last plan holds (memsvc.domain.
-  records.LayoutRow). Rows of chunks that covered a deleted turn stay, deleted = 1, until
-  purged. A row is `indexed` once the vector store holds its text.
-- chunk_texts: the text hash of every chunk ever rendered, with its turn range, so a purge
-  can remove every cached vector derived from a purged turn.
-- superseded: tail chunks replaced by a later plan; removed from the vector store on the
-  next write of that conversation (pending = 1 until then), and refused if upserted again.
-- store_versions: chunk versions present in the vector store, per conversation.
-- index_queue: per conversation, the asynchronous indexing state (memsvc.storage.sql.queue).
+- events: every turn received, raw and cleaned, with its token count, deleted flag, and
+  the work sequence number of the change that last wrote it. A purged turn stays as a
+  tombstone (deleted, purged, no text) so turn numbering continues.
 """
 
 from __future__ import annotations
@@ -22,18 +15,15 @@ from contextlib import contextmanager
 from itertools import count
 
 from memsvc.domain.chunking import StoredTurn
-from memsvc.domain.records import EventRow, LayoutRow
+from memsvc.domain.records import EventRow
 from memsvc.ports import Span
-from memsvc.storage.sql import queue
 from memsvc.storage.sql.connection import Database, Row, Sql, chunked, marks
+from memsvc.storage.sql.layout import LayoutQueries
+from memsvc.storage.sql.work import WorkQueries
 
 _EVENT_COLS = (
     "conversation_id, turn_id, speaker, speaker_name, text, clean_text, timestamp,"
     " participants, tokens, deleted"
-)
-_LAYOUT_COLS = (
-    "chunk_id, conversation_id, chunk_version, start_turn, end_turn, source_hash, text_hash,"
-    " deleted, indexed, content_hash"
 )
 _savepoints = count()
 
@@ -53,23 +43,8 @@ def _event(r: Row) -> EventRow:
     )
 
 
-def _layout(r: Row) -> LayoutRow:
-    return LayoutRow(
-        chunk_id=str(r[0]),
-        conversation_id=str(r[1]),
-        chunk_version=int(r[2]),
-        start_turn=int(r[3]),
-        end_turn=int(r[4]),
-        source_hash=str(r[5]),
-        text_hash=str(r[6]),
-        deleted=bool(r[7]),
-        indexed=bool(r[8]),
-        content_hash=str(r[9]),
-    )
-
-
-class SqlLog:
-    """The event log's queries on one snapshot or transaction (memsvc.ports.LogWriter)."""
+class SqlLog(LayoutQueries, WorkQueries):
+    """The log's queries on one snapshot or transaction (memsvc.ports.LogWriter)."""
 
     def __init__(self, sql: Sql) -> None:
         self.sql = sql
@@ -104,14 +79,24 @@ class SqlLog:
                 out[event.turn_id] = event
         return out
 
-    def put_events(self, events: Iterable[EventRow]) -> None:
+    def seq_through(self, conversation_id: str, turn_id: int) -> int | None:
+        row = self.sql.one(
+            "SELECT MAX(seq), SUM(CASE WHEN turn_id = ? THEN 1 ELSE 0 END) FROM events"
+            " WHERE conversation_id = ? AND turn_id <= ?",
+            (turn_id, conversation_id, turn_id),
+        )
+        if row is None or row[0] is None or not row[1]:
+            return None
+        return int(row[0])
+
+    def put_events(self, events: Iterable[EventRow], seq: int) -> None:
         self.sql.many(
-            f"INSERT INTO events ({_EVENT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+            f"INSERT INTO events ({_EVENT_COLS}, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT (conversation_id, turn_id) DO UPDATE SET"
             " speaker = excluded.speaker, speaker_name = excluded.speaker_name,"
             " text = excluded.text, clean_text = excluded.clean_text,"
             " timestamp = excluded.timestamp, participants = excluded.participants,"
-            " tokens = excluded.tokens, deleted = excluded.deleted",
+            " tokens = excluded.tokens, deleted = excluded.deleted, seq = excluded.seq",
             (
                 (
                     e.conversation_id,
@@ -124,6 +109,7 @@ class SqlLog:
                     json.dumps(list(e.participants), ensure_ascii=False),
                     e.tokens,
                     int(e.deleted),
+                    seq,
                 )
                 for e in events
             ),
@@ -165,17 +151,19 @@ class SqlLog:
         )
         return int(row[0]) if row else 0
 
-    def mark_events_deleted(self, conversation_id: str, spans: Sequence[Span] | None) -> int:
+    def mark_events_deleted(
+        self, conversation_id: str, spans: Sequence[Span] | None, seq: int
+    ) -> int:
         if spans is None:
             return self.sql.run(
-                "UPDATE events SET deleted = 1 WHERE conversation_id = ? AND deleted = 0",
-                (conversation_id,),
+                "UPDATE events SET deleted = 1, seq = ? WHERE conversation_id = ? AND deleted = 0",
+                (seq, conversation_id),
             )
         return sum(
             self.sql.run(
-                "UPDATE events SET deleted = 1 WHERE conversation_id = ? AND deleted = 0"
+                "UPDATE events SET deleted = 1, seq = ? WHERE conversation_id = ? AND deleted = 0"
                 " AND turn_id BETWEEN ? AND ?",
-                (conversation_id, start, end),
+                (seq, conversation_id, start, end),
             )
             for start, end in spans
         )
@@ -187,7 +175,7 @@ class SqlLog:
         )
         return [int(r[0]) for r in rows]
 
-    def purge_events(self, conversation_id: str) -> list[int]:
+    def purge_events(self, conversation_id: str, seq: int) -> list[int]:
         turns = [
             int(r[0])
             for r in self.sql.rows(
@@ -198,9 +186,9 @@ class SqlLog:
         ]
         self.sql.run(
             "UPDATE events SET text = '', clean_text = '', speaker_name = '',"
-            " participants = '[]', tokens = 0, purged = 1"
+            " participants = '[]', tokens = 0, purged = 1, seq = ?"
             " WHERE conversation_id = ? AND deleted = 1 AND purged = 0",
-            (conversation_id,),
+            (seq, conversation_id),
         )
         return turns
 
@@ -224,213 +212,6 @@ class SqlLog:
             "UPDATE events SET tokens = ? WHERE conversation_id = ? AND turn_id = ?", rows
         )
 
-    # -- layout -------------------------------------------------------------------------
-    def layout(self, conversation_id: str, version: int) -> dict[str, LayoutRow]:
-        rows = self.sql.rows(
-            f"SELECT {_LAYOUT_COLS} FROM layout WHERE conversation_id = ? AND chunk_version = ?",
-            (conversation_id, version),
-        )
-        return {str(r[0]): _layout(r) for r in rows}
-
-    def conversation_layout(self, conversation_id: str) -> dict[str, LayoutRow]:
-        rows = self.sql.rows(
-            f"SELECT {_LAYOUT_COLS} FROM layout WHERE conversation_id = ?", (conversation_id,)
-        )
-        return {str(r[0]): _layout(r) for r in rows}
-
-    def layout_rows(self, chunk_ids: Sequence[str]) -> dict[str, LayoutRow]:
-        out: dict[str, LayoutRow] = {}
-        for part in chunked(list(chunk_ids)):
-            for r in self.sql.rows(
-                f"SELECT {_LAYOUT_COLS} FROM layout WHERE chunk_id IN ({marks(len(part))})",
-                part,
-            ):
-                out[str(r[0])] = _layout(r)
-        return out
-
-    def layout_versions(self, conversation_id: str) -> list[int]:
-        rows = self.sql.rows(
-            "SELECT DISTINCT chunk_version FROM layout WHERE conversation_id = ? ORDER BY 1",
-            (conversation_id,),
-        )
-        return [int(r[0]) for r in rows]
-
-    def put_layout(self, rows: Iterable[LayoutRow]) -> None:
-        rows = list(rows)
-        self.sql.many(
-            f"INSERT INTO layout ({_LAYOUT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
-            " ON CONFLICT (chunk_id) DO UPDATE SET conversation_id = excluded.conversation_id,"
-            " chunk_version = excluded.chunk_version, start_turn = excluded.start_turn,"
-            " end_turn = excluded.end_turn, source_hash = excluded.source_hash,"
-            " text_hash = excluded.text_hash, deleted = excluded.deleted,"
-            " indexed = excluded.indexed, content_hash = excluded.content_hash",
-            (
-                (
-                    r.chunk_id,
-                    r.conversation_id,
-                    r.chunk_version,
-                    r.start_turn,
-                    r.end_turn,
-                    r.source_hash,
-                    r.text_hash,
-                    int(r.deleted),
-                    int(r.indexed),
-                    r.content_hash,
-                )
-                for r in rows
-            ),
-        )
-        self.sql.many(
-            "INSERT INTO chunk_texts (conversation_id, text_hash, start_turn, end_turn)"
-            " VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
-            ((r.conversation_id, r.text_hash, r.start_turn, r.end_turn) for r in rows),
-        )
-
-    def mark_indexed(self, pairs: Iterable[tuple[str, str]]) -> None:
-        self.sql.many("UPDATE layout SET indexed = 1 WHERE chunk_id = ? AND text_hash = ?", pairs)
-
-    def reset_indexed(self, conversation_id: str, version: int) -> None:
-        self.sql.run(
-            "UPDATE layout SET indexed = 0 WHERE conversation_id = ? AND chunk_version = ?",
-            (conversation_id, version),
-        )
-
-    def forget_store(self) -> None:
-        self.sql.run("UPDATE layout SET indexed = 0")
-        self.sql.run("DELETE FROM superseded")
-        self.sql.run("DELETE FROM store_versions")
-
-    def drop_layout(self, chunk_ids: Iterable[str]) -> None:
-        self.sql.many("DELETE FROM layout WHERE chunk_id = ?", ((c,) for c in chunk_ids))
-
-    def mark_layout_deleted(self, chunk_ids: Iterable[str]) -> None:
-        self.sql.many("UPDATE layout SET deleted = 1 WHERE chunk_id = ?", ((c,) for c in chunk_ids))
-
-    def drop_layout_version(self, conversation_id: str, version: int) -> None:
-        self.sql.run(
-            "DELETE FROM layout WHERE conversation_id = ? AND chunk_version = ?",
-            (conversation_id, version),
-        )
-
-    def purge_layout(self, conversation_id: str, purged_turns: Sequence[int]) -> set[str]:
-        hashes = {
-            str(r[0])
-            for r in self.sql.rows(
-                "SELECT text_hash FROM layout WHERE conversation_id = ? AND deleted = 1",
-                (conversation_id,),
-            )
-        }
-        self.sql.run(
-            "DELETE FROM layout WHERE conversation_id = ? AND deleted = 1", (conversation_id,)
-        )
-        for turn in purged_turns:
-            span = (conversation_id, turn, turn)
-            hashes.update(
-                str(r[0])
-                for r in self.sql.rows(
-                    "SELECT text_hash FROM chunk_texts WHERE conversation_id = ?"
-                    " AND start_turn <= ? AND end_turn >= ?",
-                    span,
-                )
-            )
-            self.sql.run(
-                "DELETE FROM chunk_texts WHERE conversation_id = ? AND start_turn <= ?"
-                " AND end_turn >= ?",
-                span,
-            )
-        return hashes
-
-    # -- superseded tails ---------------------------------------------------------------
-    def add_superseded(self, conversation_id: str, chunk_ids: Iterable[str]) -> None:
-        self.sql.many(
-            "INSERT INTO superseded (chunk_id, conversation_id, pending) VALUES (?,?,1)"
-            " ON CONFLICT (chunk_id) DO UPDATE SET conversation_id = excluded.conversation_id,"
-            " pending = 1",
-            ((c, conversation_id) for c in chunk_ids),
-        )
-
-    def clear_superseded(self, chunk_ids: Iterable[str]) -> None:
-        self.sql.many("DELETE FROM superseded WHERE chunk_id = ?", ((c,) for c in chunk_ids))
-
-    def superseded_done(self, chunk_ids: Iterable[str]) -> None:
-        self.sql.many(
-            "UPDATE superseded SET pending = 0 WHERE chunk_id = ?", ((c,) for c in chunk_ids)
-        )
-
-    def pending_superseded(self, conversation_id: str) -> list[str]:
-        rows = self.sql.rows(
-            "SELECT chunk_id FROM superseded WHERE conversation_id = ? AND pending = 1",
-            (conversation_id,),
-        )
-        return [str(r[0]) for r in rows]
-
-    def superseded_among(self, chunk_ids: Sequence[str]) -> set[str]:
-        out: set[str] = set()
-        for part in chunked(list(chunk_ids)):
-            out.update(
-                str(r[0])
-                for r in self.sql.rows(
-                    f"SELECT chunk_id FROM superseded WHERE chunk_id IN ({marks(len(part))})",
-                    part,
-                )
-            )
-        return out
-
-    # -- chunk versions present in the store ----------------------------------------------
-    def add_store_versions(self, pairs: Iterable[tuple[str, int]], complete: bool) -> None:
-        """Versions now in the store; an incomplete one (a reindex under way) is not yet the
-        default for searches."""
-        self.sql.many(
-            "INSERT INTO store_versions (conversation_id, chunk_version, complete)"
-            " VALUES (?,?,?) ON CONFLICT (conversation_id, chunk_version) DO UPDATE SET"
-            " complete = CASE WHEN store_versions.complete > excluded.complete"
-            "  THEN store_versions.complete ELSE excluded.complete END",
-            ((c, v, int(complete)) for c, v in pairs),
-        )
-
-    def remove_store_version(self, conversation_id: str, version: int) -> None:
-        self.sql.run(
-            "DELETE FROM store_versions WHERE conversation_id = ? AND chunk_version = ?",
-            (conversation_id, version),
-        )
-
-    def complete_versions(self, conversation_id: str) -> list[int]:
-        rows = self.sql.rows(
-            "SELECT chunk_version FROM store_versions WHERE conversation_id = ? AND complete = 1"
-            " ORDER BY chunk_version",
-            (conversation_id,),
-        )
-        return [int(r[0]) for r in rows]
-
-    def multi_version_latest(self, conversation_ids: Sequence[str] = ()) -> dict[str, int]:
-        sql = (
-            "SELECT conversation_id, COALESCE(MAX(CASE WHEN complete = 1 THEN chunk_version END),"
-            " MAX(chunk_version)) FROM store_versions"
-            " {where} GROUP BY conversation_id HAVING COUNT(*) > 1"
-        )
-        if not conversation_ids:
-            return {str(r[0]): int(r[1]) for r in self.sql.rows(sql.format(where=""))}
-        out: dict[str, int] = {}
-        for part in chunked(list(conversation_ids)):
-            where = f"WHERE conversation_id IN ({marks(len(part))})"
-            out.update({str(r[0]): int(r[1]) for r in self.sql.rows(sql.format(where=where), part)})
-        return out
-
-    # -- the index queue's rows (written in the same transaction as the log) ---------------
-    def queued_version(self, conversation_id: str) -> int | None:
-        return queue.queued_version(self.sql, conversation_id)
-
-    def enqueue(
-        self, conversation_id: str, dirty: int, chunk_version: int, reindex: bool = False
-    ) -> None:
-        queue.enqueue(self.sql, conversation_id, dirty, chunk_version, reindex)
-
-    def stop_reindex(self, conversation_id: str, version: int) -> None:
-        queue.stop_reindex(self.sql, conversation_id, version)
-
-    def advance_indexed(self, conversation_id: str) -> None:
-        queue.advance_indexed(self.sql, conversation_id)
-
 
 class SqlEventLog:
     """memsvc.ports.EventLog on a `Database` (SQLite file, or a server database)."""
@@ -447,6 +228,9 @@ class SqlEventLog:
     def transaction(self) -> Iterator[SqlLog]:
         with self.database.transaction() as sql:
             yield SqlLog(sql)
+
+    def erase(self) -> None:
+        self.database.erase()
 
     def close(self) -> None:
         self.database.close()

@@ -1,10 +1,12 @@
-"""The index_queue table: per conversation, what the background worker has to do.
+"""The index queue: the worker's own steps on the conversations table.
 
-A row is `pending` (work waiting, `dirty` turns not yet indexed), `indexing` (leased until
-`lease_until`), `idle`, or `failed` (after too many attempts, with the last error). Work is
-added in the same transaction as the log change that needs it (`enqueue`, called through
-the log's transaction object); the worker's own steps (lease, complete, fail, release)
-each run in one transaction here.
+A conversation is `pending` (work waiting), `indexing` (leased until `lease_until` by
+`lease_owner` with `lease_token`), `idle`, or `failed` (after too many attempts, with the
+last error). Work is recorded in the same transaction as the log change that needs it
+(memsvc.storage.sql.work); here a worker leases it, renews the lease while a step runs,
+and completes, fails or releases it. Every step after the lease names the token it got:
+a worker whose lease expired and was taken by another cannot complete work it no longer
+owns.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from collections.abc import Sequence
 
 from memsvc.domain.records import QueueGauges, QueueItem
 from memsvc.storage.sql.connection import Database, Row, Sql, chunked, marks
+from memsvc.storage.sql.work import prefix_match
 
 _COLS = (
-    "q.conversation_id, q.state, q.chunk_version, q.dirty, q.attempts, q.last_error,"
-    " q.last_indexed_turn, q.reindex,"
-    " (SELECT MAX(turn_id) FROM events e WHERE e.conversation_id = q.conversation_id)"
+    "q.conversation_id, q.state, q.active_version, q.building_version, q.dirty, q.attempts,"
+    " q.last_error, q.last_indexed_turn,"
+    " (SELECT MAX(turn_id) FROM events e WHERE e.conversation_id = q.conversation_id),"
+    " q.lease_token, q.leased_seq, q.reconcile_seq > q.reconciled_seq"
 )
 
 
@@ -25,189 +29,189 @@ def _item(r: Row) -> QueueItem:
     return QueueItem(
         conversation_id=str(r[0]),
         state=str(r[1]),
-        chunk_version=int(r[2]),
-        dirty=int(r[3]),
-        attempts=int(r[4]),
-        last_error=str(r[5]),
-        last_indexed_turn=int(r[6]),
-        reindex=bool(r[7]),
+        active_version=int(r[2]),
+        building_version=int(r[3]),
+        dirty=int(r[4]),
+        attempts=int(r[5]),
+        last_error=str(r[6]),
+        last_indexed_turn=int(r[7]),
         last_appended_turn=-1 if r[8] is None else int(r[8]),
+        lease_token=int(r[9]),
+        leased_seq=int(r[10]),
+        needs_reconcile=bool(r[11]),
     )
 
 
-# -- inside a log transaction -------------------------------------------------------------
-def enqueue(sql: Sql, conversation_id: str, dirty: int, chunk_version: int, reindex: bool) -> None:
-    now = sql.dialect.now
-    sql.run(
-        "INSERT INTO index_queue"
-        " (conversation_id, state, chunk_version, dirty, reindex, pending_since)"
-        f" VALUES (?, 'pending', ?, ?, ?, {now})"
-        " ON CONFLICT (conversation_id) DO UPDATE SET"
-        "  dirty = index_queue.dirty + excluded.dirty,"
-        "  state = CASE WHEN index_queue.state = 'indexing' THEN 'indexing' ELSE 'pending' END,"
-        "  chunk_version = CASE WHEN excluded.reindex = 1 THEN excluded.chunk_version"
-        "                  ELSE index_queue.chunk_version END,"
-        "  reindex = CASE WHEN excluded.reindex = 1 THEN 1 ELSE index_queue.reindex END,"
-        "  attempts = 0, next_attempt_at = 0,"
-        "  pending_since = CASE WHEN index_queue.pending_since = 0 THEN excluded.pending_since"
-        "                  ELSE index_queue.pending_since END",
-        (conversation_id, chunk_version, dirty, int(reindex)),
-    )
+def _now(sql: Sql, now: float | None) -> tuple[str, list[float]]:
+    """The clock of a comparison: the caller's, or the database's (one clock for every
+    process sharing the log)."""
+    return ("?", [now]) if now is not None else (sql.dialect.now, [])
 
 
-def stop_reindex(sql: Sql, conversation_id: str, version: int) -> None:
-    """Back to indexing `version` incrementally (turns appended meanwhile still get
-    indexed there)."""
-    sql.run(
-        "UPDATE index_queue SET reindex = 0, chunk_version = ?, attempts = 0,"
-        " state = CASE WHEN state = 'failed' THEN 'pending' ELSE state END"
-        " WHERE conversation_id = ?",
-        (version, conversation_id),
-    )
-
-
-def advance_indexed(sql: Sql, conversation_id: str) -> None:
-    """Chunks were stored outside the worker (a caller's Build + Upsert): move
-    last_indexed_turn up to the first turn of the queued version still unindexed, so
-    WaitForIndexed sees read-your-writes on mixed synchronous/asynchronous use."""
-    row = sql.one(
-        f"SELECT chunk_version, last_indexed_turn FROM index_queue WHERE conversation_id = ?"
-        f"{sql.dialect.for_update}",
-        (conversation_id,),
-    )
-    if row is None:
-        return
-    version, current = int(row[0]), int(row[1])
-    unindexed = sql.one(
-        "SELECT MIN(start_turn) - 1 FROM layout WHERE conversation_id = ?"
-        " AND chunk_version = ? AND deleted = 0 AND indexed = 0",
-        (conversation_id, version),
-    )
-    if unindexed is not None and unindexed[0] is not None:
-        through = int(unindexed[0])
-    else:
-        last = sql.one(
-            "SELECT MAX(end_turn) FROM layout WHERE conversation_id = ? AND chunk_version = ?",
-            (conversation_id, version),
-        )
-        through = int(last[0]) if last is not None and last[0] is not None else -1
-    if through > current:
-        sql.run(
-            "UPDATE index_queue SET last_indexed_turn = ? WHERE conversation_id = ?",
-            (through, conversation_id),
-        )
-
-
-def queued_version(sql: Sql, conversation_id: str) -> int | None:
-    row = sql.one(
-        "SELECT chunk_version FROM index_queue WHERE conversation_id = ?", (conversation_id,)
-    )
-    return None if row is None else int(row[0])
-
-
-# -- the worker's own steps -----------------------------------------------------------------
 class SqlIndexQueue:
     """memsvc.ports.IndexQueue on the log's database."""
 
     def __init__(self, database: Database) -> None:
         self.database = database
 
+    def lease(
+        self, now: float | None, lease_s: float, limit: int, owner: str = ""
+    ) -> list[QueueItem]:
+        """Up to `limit` conversations whose work is due, or whose lease ran out."""
+        with self.database.transaction() as sql:
+            clock, at = _now(sql, now)
+            rows = sql.rows(
+                "SELECT q.conversation_id FROM conversations q WHERE"
+                f" (q.state = 'pending' AND q.next_attempt_at <= {clock})"
+                f" OR (q.state = 'indexing' AND q.lease_until < {clock})"
+                f" ORDER BY q.next_attempt_at, q.conversation_id LIMIT ?{sql.dialect.skip_locked}",
+                (*at, *at, limit),
+            )
+            ids = [str(r[0]) for r in rows]
+            sql.many(
+                "UPDATE conversations SET state = 'indexing', lease_owner = ?,"
+                f" lease_token = lease_token + 1, lease_until = {clock} + ?,"
+                " leased_seq = work_seq WHERE conversation_id = ?",
+                ((owner, *at, lease_s, c) for c in ids),
+            )
+            return self._items(sql, ids)
+
+    def renew(self, items: Sequence[QueueItem], lease_s: float, now: float | None = None) -> int:
+        """Extend leases still held (a heartbeat during a long step); returns how many."""
+        with self.database.transaction() as sql:
+            clock, at = _now(sql, now)
+            return sum(
+                sql.run(
+                    f"UPDATE conversations SET lease_until = {clock} + ?"
+                    " WHERE conversation_id = ? AND lease_token = ? AND state = 'indexing'",
+                    (*at, lease_s, i.conversation_id, i.lease_token),
+                )
+                for i in items
+            )
+
+    def complete(
+        self, item: QueueItem, retry_in_s: float = 0.0, now: float | None = None
+    ) -> str | None:
+        """The leased step is over; pending again if work remains (due in `retry_in_s`).
+        Returns the new state, None when the lease was no longer held (another worker owns
+        the work now)."""
+        with self.database.transaction() as sql:
+            clock, at = _now(sql, now)
+            changed = sql.run(
+                "UPDATE conversations SET"
+                " state = CASE WHEN work_seq > done_seq OR building_version != 0"
+                "  OR reconcile_seq > reconciled_seq THEN 'pending' ELSE 'idle' END,"
+                f" lease_owner = '', lease_until = 0, next_attempt_at = {clock} + ?"
+                " WHERE conversation_id = ? AND lease_token = ? AND state = 'indexing'",
+                (*at, retry_in_s, item.conversation_id, item.lease_token),
+            )
+            if not changed:
+                return None
+            sql.run(
+                "UPDATE conversations SET attempts = 0, last_error = '',"
+                " pending_since = CASE WHEN state = 'idle' THEN 0 ELSE pending_since END"
+                " WHERE conversation_id = ?",
+                (item.conversation_id,),
+            )
+            row = sql.one(
+                "SELECT state FROM conversations WHERE conversation_id = ?",
+                (item.conversation_id,),
+            )
+        return None if row is None else str(row[0])
+
+    def fail(
+        self,
+        item: QueueItem,
+        error: str,
+        max_attempts: int,
+        backoff_s: float,
+        now: float | None = None,
+    ) -> None:
+        """An attempt failed: retried after an exponential back-off, `failed` after
+        `max_attempts` (until new work re-queues it)."""
+        with self.database.transaction() as sql:
+            row = sql.one(
+                "SELECT attempts FROM conversations WHERE conversation_id = ?"
+                " AND lease_token = ? AND state = 'indexing'" + sql.dialect.for_update,
+                (item.conversation_id, item.lease_token),
+            )
+            if row is None:
+                return
+            attempts = int(row[0]) + 1
+            clock, at = _now(sql, now)
+            sql.run(
+                "UPDATE conversations SET attempts = ?, last_error = ?, lease_owner = '',"
+                f" lease_until = 0, state = ?, next_attempt_at = {clock} + ?"
+                " WHERE conversation_id = ?",
+                (
+                    attempts,
+                    error[:2000],
+                    "failed" if attempts >= max_attempts else "pending",
+                    *at,
+                    backoff_s * 2 ** (attempts - 1),
+                    item.conversation_id,
+                ),
+            )
+
+    def release(self, item: QueueItem) -> None:
+        """Hand a lease back untouched: pending again, no attempt counted."""
+        with self.database.transaction() as sql:
+            sql.run(
+                "UPDATE conversations SET state = 'pending', lease_owner = '', lease_until = 0"
+                " WHERE conversation_id = ? AND lease_token = ? AND state = 'indexing'",
+                (item.conversation_id, item.lease_token),
+            )
+
+    def release_owned(self, owner: str) -> int:
+        """Every lease of `owner` (a stopping process) back to pending."""
+        with self.database.transaction() as sql:
+            return sql.run(
+                "UPDATE conversations SET state = 'pending', lease_owner = '', lease_until = 0"
+                " WHERE state = 'indexing' AND lease_owner = ?",
+                (owner,),
+            )
+
     def release_stale_leases(self) -> int:
         """Every lease back to pending: for a log only this process writes (one process per
         data dir), a lease found at start-up was held by a process that is gone."""
         with self.database.transaction() as sql:
             return sql.run(
-                "UPDATE index_queue SET state = 'pending', lease_until = 0 WHERE state = 'indexing'"
+                "UPDATE conversations SET state = 'pending', lease_owner = '', lease_until = 0"
+                " WHERE state = 'indexing'"
             )
 
-    def release(self, conversation_id: str) -> None:
-        with self.database.transaction() as sql:
-            sql.run(
-                "UPDATE index_queue SET state = 'pending', lease_until = 0, leased_dirty = 0"
-                " WHERE conversation_id = ? AND state = 'indexing'",
-                (conversation_id,),
-            )
-
-    def lease(self, now: float, lease_s: float, limit: int) -> list[QueueItem]:
-        with self.database.transaction() as sql:
-            rows = sql.rows(
-                f"SELECT {_COLS} FROM index_queue q WHERE"
-                " (q.state = 'pending' AND q.next_attempt_at <= ?)"
-                " OR (q.state = 'indexing' AND q.lease_until < ?)"
-                f" ORDER BY q.next_attempt_at, q.conversation_id LIMIT ?{sql.dialect.skip_locked}",
-                (now, now, limit),
-            )
-            sql.many(
-                "UPDATE index_queue SET state = 'indexing', lease_until = ?,"
-                " leased_dirty = dirty WHERE conversation_id = ?",
-                ((now + lease_s, r[0]) for r in rows),
-            )
-        return [_item(r) for r in rows]
-
-    def complete(self, conversation_id: str, indexed_turn: int, again: bool = False) -> None:
-        """The leased work is stored through `indexed_turn`. `again`: more remains (a
-        bounded step, or the layout moved on meanwhile): pending again, a reindex stays one."""
-        more = int(again)
-        with self.database.transaction() as sql:
-            sql.run(
-                "UPDATE index_queue SET"
-                " dirty = CASE WHEN dirty > leased_dirty THEN dirty - leased_dirty ELSE 0 END + ?,"
-                " state = CASE WHEN dirty - leased_dirty + ? > 0 THEN 'pending' ELSE 'idle' END,"
-                " pending_since = CASE WHEN dirty - leased_dirty + ? > 0 THEN pending_since"
-                "  ELSE 0 END,"
-                " reindex = CASE WHEN ? = 1 THEN reindex ELSE 0 END,"
-                " last_indexed_turn = CASE WHEN last_indexed_turn > ? THEN last_indexed_turn"
-                "  ELSE ? END,"
-                " leased_dirty = 0, attempts = 0, last_error = '', lease_until = 0"
-                " WHERE conversation_id = ?",
-                (more, more, more, more, indexed_turn, indexed_turn, conversation_id),
-            )
-
-    def fail(
-        self, conversation_id: str, error: str, now: float, max_attempts: int, backoff_s: float
-    ) -> None:
-        with self.database.transaction() as sql:
-            row = sql.one(
-                "SELECT attempts FROM index_queue WHERE conversation_id = ?"
-                + sql.dialect.for_update,
-                (conversation_id,),
-            )
-            attempts = (int(row[0]) if row else 0) + 1
-            sql.run(
-                "UPDATE index_queue SET attempts = ?, last_error = ?, lease_until = 0,"
-                " leased_dirty = 0, state = ?, next_attempt_at = ? WHERE conversation_id = ?",
-                (
-                    attempts,
-                    error[:2000],
-                    "failed" if attempts >= max_attempts else "pending",
-                    now + backoff_s * 2 ** (attempts - 1),
-                    conversation_id,
-                ),
-            )
-
-    def status(self, conversation_ids: Sequence[str] = ()) -> list[QueueItem]:
+    def status(
+        self, conversation_ids: Sequence[str] = (), prefixes: Sequence[str] = ()
+    ) -> list[QueueItem]:
+        """The named conversations (all when none are named), within `prefixes` if given."""
         with self.database.snapshot() as sql:
-            if not conversation_ids:
-                rows = sql.rows(f"SELECT {_COLS} FROM index_queue q ORDER BY q.conversation_id")
-                return [_item(r) for r in rows]
-            items: list[QueueItem] = []
-            for part in chunked(list(conversation_ids)):
-                items += [
-                    _item(r)
-                    for r in sql.rows(
-                        f"SELECT {_COLS} FROM index_queue q"
+            if conversation_ids:
+                items: list[QueueItem] = []
+                for part in chunked(list(conversation_ids)):
+                    rows = sql.rows(
+                        f"SELECT {_COLS} FROM conversations q"
                         f" WHERE q.conversation_id IN ({marks(len(part))})",
                         part,
                     )
-                ]
-        return sorted(items, key=lambda i: i.conversation_id)
+                    items += [_item(r) for r in rows]
+                return sorted(items, key=lambda i: i.conversation_id)
+            if prefixes:
+                clause, params = prefix_match(prefixes)
+                rows = sql.rows(
+                    f"SELECT {_COLS} FROM conversations q WHERE {clause}"
+                    " ORDER BY q.conversation_id",
+                    params,
+                )
+            else:
+                rows = sql.rows(f"SELECT {_COLS} FROM conversations q ORDER BY q.conversation_id")
+        return [_item(r) for r in rows]
 
     def gauges(self) -> QueueGauges:
         """Totals for monitoring, in one query."""
         with self.database.snapshot() as sql:
             rows = sql.rows(
                 "SELECT state, COUNT(*), SUM(dirty), MIN(CASE WHEN pending_since > 0"
-                " THEN pending_since END) FROM index_queue GROUP BY state"
+                " THEN pending_since END) FROM conversations GROUP BY state"
             )
         oldest = [float(r[3]) for r in rows if r[3] is not None and r[0] != "idle"]
         return QueueGauges(
@@ -215,3 +219,14 @@ class SqlIndexQueue:
             by_state={str(r[0]): int(r[1]) for r in rows},
             oldest_pending_since=min(oldest) if oldest else None,
         )
+
+    def _items(self, sql: Sql, conversation_ids: Sequence[str]) -> list[QueueItem]:
+        items: list[QueueItem] = []
+        for part in chunked(list(conversation_ids)):
+            rows = sql.rows(
+                f"SELECT {_COLS} FROM conversations q"
+                f" WHERE q.conversation_id IN ({marks(len(part))})",
+                part,
+            )
+            items += [_item(r) for r in rows]
+        return sorted(items, key=lambda i: i.conversation_id)

@@ -1,16 +1,21 @@
 """SQLite connections for the shared SQL: one connection per thread, WAL, and
 `BEGIN IMMEDIATE` transactions (one writer at a time: what the shared statements rely on
-where PostgreSQL takes row locks)."""
+where PostgreSQL takes row locks).
+
+Erasure: `secure_delete` makes SQLite overwrite deleted content with zeros; `erase()`
+(after a purge, and at a clean stop) checkpoints the WAL into the file, truncates it, and
+rewrites the file (VACUUM), so no page or WAL frame keeps purged text."""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Literal
 
+from memsvc.domain.errors import DiskFull
 from memsvc.storage.sql.connection import Dialect, Sql
 
 SQLITE = Dialect(
@@ -18,6 +23,11 @@ SQLITE = Dialect(
     # Unix time (julianday works on every SQLite version; unixepoch() needs 3.38).
     now="((julianday('now') - 2440587.5) * 86400.0)",
 )
+_SQLITE_FULL = 13
+
+
+def _disk_full(exc: sqlite3.Error) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL or "disk is full" in str(exc)
 
 
 class SqliteDatabase:
@@ -31,16 +41,26 @@ class SqliteDatabase:
         self.path = path
         self.synchronous = synchronous
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Private from the start (SQLite gives its -wal and -shm files the same mode).
+        path.touch(mode=0o600, exist_ok=True)
         self._local = threading.local()
+        self._guard = threading.Lock()
+        self._all: list[sqlite3.Connection] = []
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            # check_same_thread off: each thread uses its own, but close() closes them all.
+            conn = sqlite3.connect(
+                self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=OFF")
+            conn.execute("PRAGMA secure_delete=ON")
             self._local.conn = conn
+            with self._guard:
+                self._all.append(conn)
         return conn
 
     @contextmanager
@@ -59,19 +79,36 @@ class SqliteDatabase:
 
     @contextmanager
     def transaction(self) -> Iterator[Sql]:
-        """BEGIN IMMEDIATE ... COMMIT: one writer at a time, all-or-nothing."""
+        """BEGIN IMMEDIATE ... COMMIT: one writer at a time, all-or-nothing. A full disk is
+        DiskFull (nothing written)."""
         conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            yield Sql(conn, SQLITE)
-        except BaseException:
-            conn.execute("ROLLBACK")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield Sql(conn, SQLITE)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if _disk_full(exc):
+                raise DiskFull(f"{self.path.name}: the disk is full ({exc})") from exc
             raise
-        conn.execute("COMMIT")
+
+    def erase(self) -> None:
+        """Rewrite the file without free pages, and the WAL without old frames."""
+        conn = self._conn()
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def close(self) -> None:
-        """Closes this thread's connection (other threads' close with their thread)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        """Closes every connection (the WAL is checkpointed by the last one)."""
+        with self._guard:
+            conns, self._all = self._all, []
+        for conn in conns:
+            with suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()

@@ -105,7 +105,98 @@ def _log_v1(sql: Sql) -> None:
     _script(sql, _LOG_V1)
 
 
-LOG_MIGRATIONS: tuple[Migration, ...] = (_log_v1,)
+_LOG_V2 = """
+CREATE TABLE conversations (
+    conversation_id TEXT PRIMARY KEY,
+    active_version INTEGER NOT NULL,
+    building_version INTEGER NOT NULL DEFAULT 0,
+    work_seq INTEGER NOT NULL DEFAULT 0,
+    done_seq INTEGER NOT NULL DEFAULT 0,
+    reconcile_seq INTEGER NOT NULL DEFAULT 0,
+    reconciled_seq INTEGER NOT NULL DEFAULT 0,
+    active_planned_seq INTEGER NOT NULL DEFAULT 0,
+    building_planned_seq INTEGER NOT NULL DEFAULT 0,
+    progress_seq INTEGER NOT NULL DEFAULT 0,
+    last_indexed_turn INTEGER NOT NULL DEFAULT -1,
+    dirty INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL DEFAULT 'idle',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL NOT NULL DEFAULT 0,
+    last_error TEXT NOT NULL DEFAULT '',
+    pending_since REAL NOT NULL DEFAULT 0,
+    lease_owner TEXT NOT NULL DEFAULT '',
+    lease_token INTEGER NOT NULL DEFAULT 0,
+    lease_until REAL NOT NULL DEFAULT 0,
+    leased_seq INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE INDEX conversations_queue ON conversations (state, next_attempt_at);
+CREATE TABLE chunk_history (
+    chunk_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    chunk_version INTEGER NOT NULL,
+    start_turn INTEGER NOT NULL,
+    end_turn INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX chunk_history_conv ON chunk_history (conversation_id);
+CREATE TABLE erasures (text_hash TEXT PRIMARY KEY) WITHOUT ROWID;
+ALTER TABLE events ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX events_seq ON events (conversation_id, seq)
+"""
+
+
+def _log_v2(sql: Sql) -> None:
+    """Integrity v3: one version per conversation and durable projection work.
+
+    Every conversation gets a row: its active version is the newest version it has
+    complete in the store (else the one its queue row indexed, else its newest layout
+    version, else 1), a rebuild under way is its building version. Each is queued for one
+    reconcile (the store compared with the layout as a whole), which heals what a crash of
+    an older version may have left; conversations that were idle stay findable meanwhile."""
+    _script(sql, _LOG_V2)
+    queue = {
+        str(r[0]): r
+        for r in sql.rows(
+            "SELECT conversation_id, state, chunk_version, reindex, last_indexed_turn"
+            " FROM index_queue"
+        )
+    }
+    complete: dict[str, list[int]] = {}
+    for conv, version in sql.rows(
+        "SELECT conversation_id, chunk_version FROM store_versions WHERE complete = 1"
+    ):
+        complete.setdefault(str(conv), []).append(int(version))
+    layout: dict[str, list[int]] = {}
+    for conv, version in sql.rows("SELECT DISTINCT conversation_id, chunk_version FROM layout"):
+        layout.setdefault(str(conv), []).append(int(version))
+    convs = {str(r[0]) for r in sql.rows("SELECT DISTINCT conversation_id FROM events")}
+    for conv in sorted(convs | set(queue)):
+        q = queue.get(conv)
+        if complete.get(conv):
+            active = max(complete[conv])
+        elif q is not None and not q[3]:
+            active = int(q[2])
+        else:
+            active = max(layout.get(conv, []), default=1)
+        building = int(q[2]) if q is not None and q[3] and int(q[2]) != active else 0
+        idle = q is None or q[1] == "idle"
+        sql.run(
+            "INSERT INTO conversations (conversation_id, active_version, building_version,"
+            " work_seq, done_seq, reconcile_seq, reconciled_seq, active_planned_seq,"
+            " last_indexed_turn, state, pending_since)"
+            " VALUES (?, ?, ?, 2, ?, 2, 0, ?, ?, 'pending', " + sql.dialect.now + ")",
+            (conv, active, building, 1 if idle else 0, 1 if idle else 0, int(q[4]) if q else -1),
+        )
+        sql.run("UPDATE events SET seq = ? WHERE conversation_id = ?", (1 if idle else 2, conv))
+    sql.run(
+        "INSERT INTO chunk_history (chunk_id, conversation_id, chunk_version, start_turn,"
+        " end_turn) SELECT chunk_id, conversation_id, chunk_version, start_turn, end_turn"
+        " FROM layout"
+    )
+    sql.run("DROP TABLE index_queue")
+    sql.run("DROP TABLE store_versions")
+
+
+LOG_MIGRATIONS: tuple[Migration, ...] = (_log_v1, _log_v2)
 
 
 def _cache_v1(sql: Sql) -> None:

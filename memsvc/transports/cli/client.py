@@ -53,7 +53,13 @@ def add_client_commands(sub: Any) -> None:
 
     p = sub.add_parser("append", parents=[common], help="send events from a JSON-lines file")
     p.add_argument("file", help="one MemoryEvent per line, the proto's field names")
-    p.add_argument("--wait", action="store_true", help="then wait until they are indexed")
+    p.add_argument("--wait", action="store_true", help="then wait until they are searchable")
+    p.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=600.0,
+        help="seconds --wait waits at most (default 600); exit 1 if not all are searchable",
+    )
     p.add_argument("--allow-gaps", action="store_true")
     p.set_defaults(run=cmd_append)
 
@@ -157,7 +163,12 @@ def _read_events(path: str) -> _Parsed:
             if not line.strip():
                 continue
             try:
-                event = json_format.ParseDict(json.loads(line), pb.MemoryEvent())
+                value = json.loads(line)
+                if not isinstance(value, dict):
+                    raise ValueError(
+                        f"expected a JSON object (one MemoryEvent), got {type(value).__name__}"
+                    )
+                event = json_format.ParseDict(value, pb.MemoryEvent())
             except (ValueError, json_format.ParseError) as exc:
                 parsed.errors.append(f"line {n}: {exc}")
                 continue
@@ -166,14 +177,27 @@ def _read_events(path: str) -> _Parsed:
     return parsed
 
 
+def _batches(events: list[pb.MemoryEvent]) -> list[list[pb.MemoryEvent]]:
+    """Per conversation, in turn order, cut into batches of at most BATCH: a file whose
+    lines are out of order still arrives gap-free."""
+    by_conv: dict[str, list[pb.MemoryEvent]] = {}
+    for e in events:
+        by_conv.setdefault(e.conversation_id, []).append(e)
+    out: list[list[pb.MemoryEvent]] = []
+    for conv in by_conv:
+        turns = sorted(by_conv[conv], key=lambda e: e.turn_id)
+        out += [turns[i : i + BATCH] for i in range(0, len(turns), BATCH)]
+    return out
+
+
 def cmd_append(stub: _Stub, args: argparse.Namespace) -> int:
     parsed = _read_events(args.file)
     accepted = duplicates = 0
     problems = list(parsed.errors)
+    refused: set[tuple[str, int]] = set()
     with _progress() as bars:
         task = bars.add_task("appending", total=len(parsed.events))
-        for start in range(0, len(parsed.events), BATCH):
-            batch = parsed.events[start : start + BATCH]
+        for batch in _batches(parsed.events):
             reply = stub.AppendEvents(
                 pb.AppendEventsRequest(events=batch, allow_gaps=args.allow_gaps), timeout=300
             )
@@ -181,9 +205,17 @@ def cmd_append(stub: _Stub, args: argparse.Namespace) -> int:
             duplicates += reply.duplicates
             for e in reply.errors:
                 problems.append(f"{_line_of(e.chunk_id, parsed)}{e.message}")
+                conv, _, turn = e.chunk_id.rpartition("#")
+                if turn.isdigit():
+                    refused.add((conv, int(turn)))
             bars.advance(task, len(batch))
-        if args.wait and accepted:
-            _wait_indexed(stub, parsed, bars)
+        if args.wait:
+            written = [e for e in parsed.events if (e.conversation_id, e.turn_id) not in refused]
+            if written and not _wait_indexed(stub, written, bars, args.wait_timeout):
+                problems.append(
+                    f"not all accepted turns were searchable within {args.wait_timeout:g} s"
+                    " (memsvc status shows the backlog)"
+                )
     out.print(
         f"accepted {accepted}, duplicates {duplicates}, errors {len(problems)}",
         markup=False,
@@ -200,26 +232,33 @@ def _line_of(key: str, parsed: _Parsed) -> str:
     return f"line {line}: " if line else f"{key}: "
 
 
-def _wait_indexed(stub: _Stub, parsed: _Parsed, bars: Progress) -> None:
+def _wait_indexed(
+    stub: _Stub, events: list[pb.MemoryEvent], bars: Progress, timeout_s: float
+) -> bool:
+    """Until the last accepted turn of each conversation is searchable (False on time-out)."""
     last: dict[str, int] = {}
-    for e in parsed.events:
+    for e in events:
         last[e.conversation_id] = max(last.get(e.conversation_id, -1), e.turn_id)
-    task = bars.add_task("indexing", total=sum(t + 1 for t in last.values()))
-    convs = sorted(last)
-    while True:
-        status = stub.GetIndexStatus(pb.GetIndexStatusRequest(conversation_ids=convs), timeout=30)
-        done = 0
-        finished = True
-        for s in status.conversations:
-            indexed = s.state == "idle" and s.last_indexed_turn >= last[s.conversation_id]
-            done += last[s.conversation_id] + 1 if indexed else max(0, s.last_indexed_turn + 1)
-            finished &= indexed
-            if s.state == "failed":
-                raise ValueError(f"{s.conversation_id}: indexing failed: {s.last_error}")
-        bars.update(task, completed=done)
-        if finished:
-            return
-        time.sleep(0.3)
+    task = bars.add_task("indexing", total=len(last))
+    deadline = time.monotonic() + timeout_s
+    waiting = sorted(last)
+    while waiting:
+        conv = waiting[0]
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        reply = stub.WaitForIndexed(
+            pb.WaitForIndexedRequest(
+                conversation_id=conv, turn_id=last[conv], timeout_ms=int(min(remaining, 30) * 1000)
+            ),
+            timeout=min(remaining, 30) + 5,
+        )
+        if reply.status.state == "failed":
+            raise ValueError(f"{conv}: indexing failed: {reply.status.last_error}")
+        if reply.indexed:
+            waiting.pop(0)
+            bars.advance(task, 1)
+    return True
 
 
 # -- search / status -------------------------------------------------------------------------

@@ -1,15 +1,23 @@
-"""Bearer-token authentication with three roles, as a gRPC server interceptor.
+"""Bearer-token authentication with three roles and optional conversation prefixes, as a
+gRPC server interceptor.
 
-Tokens come from a file of `ROLE TOKEN` lines (`#` comments). Only their SHA-256 digests are
-kept, and a presented token is compared with every digest in constant time, so neither the
-file's order nor a prefix match leaks through timing. Tokens are never logged.
+Tokens come from a file of `ROLE TOKEN [PREFIX ...]` lines (`#` comments). Only their
+SHA-256 digests are kept, and a presented token is compared with every digest in constant
+time, so neither the file's order nor a prefix match leaks through timing. Tokens are never
+logged.
+
+The check runs on the call's metadata alone, before its body is decoded: a call without a
+valid token, or whose role is too low for the method, never has its request parsed. What
+depends on the request (the conversations it names, deleted text, every-conversation
+calls) is checked by the services against the caller's `Access`, which this interceptor
+hands to the handler (`current_access`).
 
 The gRPC health service stays open (probes carry no token); reflection is the caller's
 choice (memsvc.transports.grpc.server)."""
 
 from __future__ import annotations
 
-import enum
+import contextvars
 import hashlib
 import hmac
 import ipaddress
@@ -22,6 +30,9 @@ from typing import Any, TypeAlias
 import grpc
 import structlog
 
+from memsvc.domain import validation
+from memsvc.domain.access import FULL, Access, Role
+from memsvc.domain.errors import InvalidArgument
 from memsvc.transports.grpc.status import rich_status
 
 log = structlog.get_logger(__name__)
@@ -29,13 +40,6 @@ log = structlog.get_logger(__name__)
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 SERVICE_PREFIX = "/memsvc.v1.MemoryService/"
-
-
-class Role(enum.IntEnum):
-    READER = 1
-    WRITER = 2
-    ADMIN = 3
-
 
 # Least role per RPC; a higher role may do everything a lower one may.
 METHOD_ROLES: dict[str, Role] = {
@@ -55,14 +59,12 @@ METHOD_ROLES: dict[str, Role] = {
     "SetIndexingPaused": Role.ADMIN,
 }
 
+_ACCESS: contextvars.ContextVar[Access] = contextvars.ContextVar("memsvc_access", default=FULL)
 
-def unscoped(method: str, request: Any) -> bool:
-    """Calls over every conversation at once, admin-only whatever the method's role."""
-    if method == "GetIndexStatus":
-        return not request.conversation_ids
-    if method == "EmbedDb":
-        return not request.filters.conversation_ids
-    return False
+
+def current_access() -> Access:
+    """The caller's access for the call being handled (everything without a tokens file)."""
+    return _ACCESS.get()
 
 
 class TokenFileError(ValueError):
@@ -73,17 +75,17 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8")).digest()
 
 
-def parse_tokens(text: str, source: str) -> list[tuple[bytes, Role]]:
-    """`ROLE TOKEN` per line; errors name the line, never the token."""
-    entries: list[tuple[bytes, Role]] = []
+def parse_tokens(text: str, source: str) -> list[tuple[bytes, Access]]:
+    """`ROLE TOKEN [PREFIX ...]` per line; errors name the line, never the token."""
+    entries: list[tuple[bytes, Access]] = []
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         parts = line.split()
-        if len(parts) != 2:
-            raise TokenFileError(f"{source}:{n}: expected 'ROLE TOKEN'")
-        role_name, token = parts
+        if len(parts) < 2:
+            raise TokenFileError(f"{source}:{n}: expected 'ROLE TOKEN [PREFIX ...]'")
+        role_name, token, *prefixes = parts
         try:
             role = Role[role_name.upper()]
         except KeyError:
@@ -92,7 +94,13 @@ def parse_tokens(text: str, source: str) -> list[tuple[bytes, Role]]:
             ) from None
         if len(token) < 16:
             raise TokenFileError(f"{source}:{n}: token shorter than 16 characters")
-        entries.append((_digest(token), role))
+        try:
+            normal = tuple(
+                validation.conversation_id(p, f"prefix {i + 1}") for i, p in enumerate(prefixes)
+            )
+        except InvalidArgument as exc:
+            raise TokenFileError(f"{source}:{n}: {exc}") from None
+        entries.append((_digest(token), Access(role, normal)))
     if not entries:
         raise TokenFileError(f"{source}: no tokens")
     return entries
@@ -106,7 +114,7 @@ class TokenTable:
         self._entries = self._read()
         self._lock = threading.Lock()
 
-    def _read(self) -> list[tuple[bytes, Role]]:
+    def _read(self) -> list[tuple[bytes, Access]]:
         try:
             text = self.path.read_text(encoding="utf-8")
         except OSError as exc:
@@ -124,12 +132,14 @@ class TokenTable:
         log.info("auth_tokens_reloaded", tokens=len(entries))
         return True
 
-    def role_of(self, token: str) -> Role | None:
+    def access_of(self, token: str) -> Access | None:
         presented = _digest(token)
-        found: Role | None = None
-        for digest, role in self._entries:  # every entry, match or not: constant time
-            if hmac.compare_digest(presented, digest) and (found is None or role > found):
-                found = role
+        found: Access | None = None
+        for digest, access in self._entries:  # every entry, match or not: constant time
+            if hmac.compare_digest(presented, digest) and (
+                found is None or access.role > found.role
+            ):
+                found = access
         return found
 
 
@@ -140,42 +150,55 @@ class Denial:
     reason: str  # ErrorInfo.reason
 
 
-def check(table: TokenTable, method: str, metadata: Any, request: Any) -> Denial | None:
-    """None when the call may proceed."""
-    header = ""
-    for key, value in metadata or ():
-        if key == "authorization":
-            header = value if isinstance(value, str) else value.decode("utf-8", "replace")
-    scheme, _, token = header.partition(" ")
+def authenticate(table: TokenTable, method: str, metadata: Any) -> Access | Denial:
+    """From the call's metadata alone: who calls, and whether its role may call `method`."""
+    values = [
+        value if isinstance(value, str) else value.decode("utf-8", "replace")
+        for key, value in metadata or ()
+        if key == "authorization"
+    ]
+    if len(values) > 1:
+        return Denial(
+            grpc.StatusCode.UNAUTHENTICATED,
+            "more than one 'authorization' value: send exactly one",
+            "TOKEN_AMBIGUOUS",
+        )
+    scheme, _, token = (values[0] if values else "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return Denial(
             grpc.StatusCode.UNAUTHENTICATED,
             "missing 'authorization: Bearer <token>'",
             "TOKEN_MISSING",
         )
-    role = table.role_of(token.strip())
-    if role is None:
+    access = table.access_of(token.strip())
+    if access is None:
         return Denial(grpc.StatusCode.UNAUTHENTICATED, "unknown token", "TOKEN_UNKNOWN")
     need = METHOD_ROLES.get(method, Role.ADMIN)
-    if role < need:
+    if access.role < need:
         return Denial(
             grpc.StatusCode.PERMISSION_DENIED,
-            f"{method} needs role {need.name.lower()}, the token has {role.name.lower()}",
+            f"{method} needs role {need.name.lower()}, the token has {access.role.name.lower()}",
             "ROLE_TOO_LOW",
         )
-    if unscoped(method, request) and role < Role.ADMIN:
-        return Denial(
-            grpc.StatusCode.PERMISSION_DENIED,
-            f"{method} over every conversation needs role admin; name conversations in"
-            " the request to use role " + need.name.lower(),
-            "ADMIN_REQUIRED",
-        )
-    return None
+    return access
+
+
+class _NotDecoded:
+    """Stands for the body of a refused call, which is never parsed (gRPC takes a request
+    of None for a decoding failure)."""
+
+
+_NOT_DECODED = _NotDecoded()
+
+
+def _not_decoded(data: bytes) -> _NotDecoded:
+    del data
+    return _NOT_DECODED
 
 
 class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """Checks every MemoryService call after its request is decoded (some rules look at
-    the request: unscoped calls are admin-only)."""
+    """Authenticates every MemoryService call from its metadata before its request is
+    decoded; the handler then runs with the caller's Access."""
 
     def __init__(self, table: TokenTable) -> None:
         self.table = table
@@ -190,21 +213,31 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         if handler is None or not name.startswith(SERVICE_PREFIX) or not handler.unary_unary:
             return handler  # type: ignore[no-any-return]
         method = name[len(SERVICE_PREFIX) :]
-        metadata = details.invocation_metadata
-        behavior = handler.unary_unary
-        table = self.table
+        verdict = authenticate(self.table, method, details.invocation_metadata)
+        if isinstance(verdict, Denial):
+            denial = verdict
 
-        def guarded(request: Any, context: grpc.ServicerContext) -> Any:
-            denial = check(table, method, metadata, request)
-            if denial is not None:
+            def refuse(request: Any, context: grpc.ServicerContext) -> Any:
                 log.warning("rpc_denied", method=method, code=denial.code.name)
                 context.abort_with_status(
                     rich_status(denial.code, denial.message, reason=denial.reason)
                 )
-            return behavior(request, context)
 
-        replaced: Handler = handler._replace(unary_unary=guarded)
-        return replaced
+            refused: Handler = handler._replace(
+                request_deserializer=_not_decoded, unary_unary=refuse
+            )
+            return refused
+        access, behavior = verdict, handler.unary_unary
+
+        def with_access(request: Any, context: grpc.ServicerContext) -> Any:
+            token = _ACCESS.set(access)
+            try:
+                return behavior(request, context)
+            finally:
+                _ACCESS.reset(token)
+
+        allowed: Handler = handler._replace(unary_unary=with_access)
+        return allowed
 
 
 def is_loopback(listen: str) -> bool:

@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from memsvc.app import Services, build_services
 from memsvc.config import Settings
 from memsvc.observability import metrics
+from memsvc.storage import datadir
 from memsvc.transports.grpc.auth import AuthInterceptor, TokenFileError, TokenTable, is_loopback
 from memsvc.transports.grpc.servicer import MemoryServicer
 from memsvc.transports.grpc.status import rich_status
@@ -30,6 +31,8 @@ log = structlog.get_logger(__name__)
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["MemoryService"].full_name
+# Health of writes alone: NOT_SERVING while the disk is full (reads still SERVING).
+WRITES_HEALTH = f"{SERVICE_NAME}.Writes"
 # grpcio-reflection serves v1alpha only; v1 (what current grpcurl, Postman and the other
 # languages' tools ask first) is the same protocol under another name, served alongside.
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
@@ -68,6 +71,16 @@ class RunningServer:
         self.set_serving(services.store.up)
         # NOT_SERVING while the vector store is down, SERVING again once it is back.
         services.store_watch.on_change(self.set_serving)
+        self.set_writable(not services.health.disk_full)
+        services.health.on_change(self.set_writable)
+
+    def set_writable(self, writable: bool) -> None:
+        self.health.set(
+            WRITES_HEALTH,
+            health_pb2.HealthCheckResponse.SERVING
+            if writable
+            else health_pb2.HealthCheckResponse.NOT_SERVING,
+        )
 
     def set_serving(self, serving: bool) -> None:
         status = (
@@ -77,6 +90,8 @@ class RunningServer:
         )
         for name in ("", SERVICE_NAME):
             self.health.set(name, status)
+        if not serving:
+            self.health.set(WRITES_HEALTH, status)
 
     def stop(self, grace: float = 5.0) -> None:
         """Health NOT_SERVING at once, new calls refused, calls in flight get `grace`
@@ -159,7 +174,7 @@ def start_server(
     servicer = MemoryServicer(max_waiting_calls, max_heavy_calls)
     pb_grpc.add_MemoryServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
-    for name in ("", SERVICE_NAME):
+    for name in ("", SERVICE_NAME, WRITES_HEALTH):
         health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if reflection_on if reflection_on is not None else tokens is None:
@@ -169,7 +184,7 @@ def start_server(
     else:
         port = server.add_insecure_port(listen)
     if port == 0:
-        raise RuntimeError(f"cannot listen on {listen}")
+        raise SystemExit(f"memsvc: cannot listen on {listen}: the address is in use or not ours")
     server.start()
     return RunningServer(server, port, servicer, health_servicer)
 
@@ -199,7 +214,9 @@ def check_exposure(settings: Settings) -> None:
 
 
 def serve(settings: Settings) -> None:
-    """`memsvc serve`: listen, load model and store, serve until SIGINT/SIGTERM."""
+    """`memsvc serve`: everything that can fail at once is checked before the model loads
+    (ports, the data dir lock, the tokens file), each failure a one-line error; then load
+    model and store and serve until SIGINT/SIGTERM."""
     check_exposure(settings)
     # Everything the service writes (event log, cache, Milvus Lite files) is private.
     os.umask(0o077)
@@ -207,6 +224,19 @@ def serve(settings: Settings) -> None:
         tokens = TokenTable(settings.auth_tokens_file) if settings.auth_tokens_file else None
     except TokenFileError as exc:
         raise SystemExit(f"memsvc: auth tokens file: {exc}") from None
+    try:
+        datadir.lock(settings.data_dir)
+    except (datadir.DataDirBusy, OSError) as exc:
+        raise SystemExit(f"memsvc: {exc}") from None
+    metrics_port = None
+    if settings.metrics_listen:
+        try:
+            metrics_port = metrics.serve_metrics(settings.metrics_listen)
+        except OSError as exc:
+            raise SystemExit(
+                f"memsvc: cannot serve metrics on {settings.metrics_listen}: {exc.strerror}"
+                " (MEMSVC_METRICS_LISTEN; empty turns metrics off)"
+            ) from None
     running = start_server(
         settings.listen,
         settings.grpc_workers,
@@ -225,6 +255,8 @@ def serve(settings: Settings) -> None:
         tls=settings.tls_cert_file is not None,
         mtls=settings.tls_client_ca_file is not None,
     )
+    if metrics_port is not None:
+        log.info("metrics", address=f"{settings.metrics_listen.rpartition(':')[0]}:{metrics_port}")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -238,9 +270,6 @@ def serve(settings: Settings) -> None:
         raise
     running.mark_ready(services)
     metrics.SERVICE_GAUGES.read = services.gauges
-    if settings.metrics_listen:
-        metrics_port = metrics.serve_metrics(settings.metrics_listen)
-        log.info("metrics", address=f"{settings.metrics_listen.rpartition(':')[0]}:{metrics_port}")
     log.info("serving", address=f"{host}:{running.port}", model=services.embedder.name)
     # A signal may be delivered to any thread (ONNX Runtime's and torch's pools do not block
     # them), and Python runs its handlers in the main thread only between bytecodes: a single
@@ -250,4 +279,5 @@ def serve(settings: Settings) -> None:
     log.info("shutting_down", grace_s=settings.shutdown_grace_s)
     running.stop(settings.shutdown_grace_s)
     services.close()
+    datadir.unlock(settings.data_dir)
     log.info("stopped")

@@ -17,6 +17,7 @@ from memsvc.domain.errors import InvalidArgument, Starting
 from memsvc.domain.types import SearchRequest, TurnRange
 from memsvc.observability import metrics
 from memsvc.transports.grpc.admission import Gate
+from memsvc.transports.grpc.auth import current_access
 from memsvc.transports.grpc.convert import (
     MODES,
     MODES_PB,
@@ -56,6 +57,8 @@ def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
                 code, message = code_of(exc)
                 if code is grpc.StatusCode.INTERNAL:
                     log.exception("rpc_internal_error", method=fn.__name__)
+                if self._services is not None:
+                    self._services.health.observe(exc)
                 context.abort_with_status(status_of(code, message, exc))
             finally:
                 self.in_flight.leave()
@@ -125,6 +128,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
                 chunk_version=request.chunk_version,
                 allow_gaps=request.allow_gaps,
                 conversation_id=request.conversation_id,
+                access=current_access(),
             )
         response = pb.BuildIncrementalChunksResponse(
             conversation_id=result.conversation_id,
@@ -149,7 +153,9 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.UpsertVectorRecordsRequest, context: grpc.ServicerContext
     ) -> pb.UpsertVectorRecordsResponse:
         with self.heavy.enter():
-            result = self.core.ingest.upsert([record_from_pb(r) for r in request.records])
+            result = self.core.ingest.upsert(
+                [record_from_pb(r) for r in request.records], current_access()
+            )
         return pb.UpsertVectorRecordsResponse(
             upserted=result.upserted,
             updated=result.updated,
@@ -169,7 +175,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         )
         with self.heavy.enter():
             result = self.core.deletion.delete(
-                request.conversation_id, span, list(request.chunk_ids)
+                request.conversation_id, span, list(request.chunk_ids), current_access()
             )
         return pb.LogicalDeleteBySourceResponse(
             deleted=result.deleted,
@@ -215,7 +221,8 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
                 filters=filters_from_pb(request.filters),
                 mode=MODES.get(request.mode),
                 mmr_lambda=request.mmr_lambda,
-            )
+            ),
+            current_access(),
         )
         return pb.EmbedDbResponse(
             query_text=request.query_text,
@@ -242,6 +249,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             request.page_size,
             request.page_token,
             request.chunk_version,
+            current_access(),
         )
         return pb.ListChunksResponse(
             chunks=[record_to_pb(c) for c in page.chunks], next_page_token=page.next_page_token
@@ -260,7 +268,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     ) -> pb.PurgeDeletedResponse:
         with self.heavy.enter():
             chunks, events = self.core.deletion.purge_deleted(
-                request.conversation_id, request.all_conversations
+                request.conversation_id, request.all_conversations, current_access()
             )
         return pb.PurgeDeletedResponse(chunks_purged=chunks, events_purged=events)
 
@@ -270,7 +278,9 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.AppendEventsRequest, context: grpc.ServicerContext
     ) -> pb.AppendEventsResponse:
         core = self.core
-        result = core.ingest.append([event_from_pb(e) for e in request.events], request.allow_gaps)
+        result = core.ingest.append(
+            [event_from_pb(e) for e in request.events], request.allow_gaps, current_access()
+        )
         if result.accepted:
             core.worker.notify()
         return pb.AppendEventsResponse(
@@ -284,8 +294,10 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.GetIndexStatusRequest, context: grpc.ServicerContext
     ) -> pb.GetIndexStatusResponse:
         control = self.core.control
-        items = control.status(list(request.conversation_ids))
-        totals = control.totals(None if request.conversation_ids else items)
+        access = current_access()
+        items = control.status(list(request.conversation_ids), access)
+        # totals over what the token may see: every conversation, or those of its prefixes
+        totals = control.totals(None if request.conversation_ids else items, access)
         return pb.GetIndexStatusResponse(
             conversations=[index_status_to_pb(i) for i in items],
             total_conversations=totals.conversations,
@@ -301,23 +313,22 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.WaitForIndexedRequest, context: grpc.ServicerContext
     ) -> pb.WaitForIndexedResponse:
         with self.waiting.enter():
-            item = self.core.control.wait(
+            indexed, item = self.core.control.wait(
                 request.conversation_id,
                 request.turn_id,
                 request.timeout_ms,
                 context.time_remaining(),
                 context.is_active,
+                current_access(),
             )
-        return pb.WaitForIndexedResponse(
-            indexed=item.indexed_through(request.turn_id), status=index_status_to_pb(item)
-        )
+        return pb.WaitForIndexedResponse(indexed=indexed, status=index_status_to_pb(item))
 
     @rpc(lambda r: {"paused": r.paused})
     def SetIndexingPaused(
         self, request: pb.SetIndexingPausedRequest, context: grpc.ServicerContext
     ) -> pb.SetIndexingPausedResponse:
         control = self.core.control
-        control.set_paused(request.paused)
+        control.set_paused(request.paused, current_access())
         return pb.SetIndexingPausedResponse(paused=control.paused)
 
     @rpc(lambda r: {"queued": r.queued})
@@ -325,6 +336,10 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.ReindexRequest, context: grpc.ServicerContext
     ) -> pb.ReindexResponse:
         queued = self.core.control.request_reindex(
-            list(request.conversation_ids), request.all, request.chunk_version, request.cancel
+            list(request.conversation_ids),
+            request.all,
+            request.chunk_version,
+            request.cancel,
+            current_access(),
         )
         return pb.ReindexResponse(queued=queued)

@@ -22,6 +22,7 @@ from memsvc.domain.errors import (
     InvalidArgument,
     MemsvcError,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     Unavailable,
 )
@@ -96,6 +97,7 @@ CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (NotFound, grpc.StatusCode.NOT_FOUND),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Cancelled, grpc.StatusCode.CANCELLED),

@@ -1,0 +1,20 @@
+"""Waiting for the index worker in tests: until a conversation has no work left at all
+(WaitForIndexed answers as soon as a turn is findable, which during a rebuild is at once)."""
+
+from __future__ import annotations
+
+import time
+
+from memsvc.app import Services
+from memsvc.domain.records import QueueItem
+
+
+def until_idle(services: Services, conversation_id: str, timeout_s: float = 60) -> QueueItem:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = services.queue.status([conversation_id])
+        if status and status[0].state in ("idle", "failed"):
+            return status[0]
+        assert time.monotonic() < deadline, status
+        services.worker.notify()
+        time.sleep(0.05)
