@@ -4,6 +4,7 @@ backends; transports call what it builds."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,10 +17,11 @@ from memsvc.domain.types import SearchMode
 from memsvc.embedding.batching import QueryBatcher
 from memsvc.embedding.model import Embedder, load_embedder
 from memsvc.observability import metrics
+from memsvc.ports import EmbeddingCache, EventLog, IndexQueue, Notifier, WriterLocks
 from memsvc.services import bootstrap
 from memsvc.services.control import IndexControl
 from memsvc.services.deletion import ERASURE_PENDING, DeletionService
-from memsvc.services.health import WriteHealth
+from memsvc.services.health import Health
 from memsvc.services.indexing import IndexWorker, WorkerSettings
 from memsvc.services.ingest import IngestService
 from memsvc.services.projection import Projector
@@ -28,13 +30,47 @@ from memsvc.storage import datadir, sqlite
 from memsvc.storage.milvus import lite
 from memsvc.storage.milvus.store import MilvusChunkStore
 from memsvc.storage.milvus.watch import StoreWatch
-from memsvc.storage.sql.cache import SqlEmbeddingCache
-from memsvc.storage.sql.eventlog import SqlEventLog
-from memsvc.storage.sql.queue import SqlIndexQueue
-from memsvc.storage.sqlite.locks import ConversationLocks
 from memsvc.storage.sqlite.notify import LocalNotifier
 
 log = structlog.get_logger(__name__)
+
+# The writer lock start-up steps hold (no conversation id has a control character).
+BOOTSTRAP = "\x00bootstrap"
+
+
+@dataclass
+class Backend:
+    """The event log and what lives beside it: SQLite files in the data dir (one process),
+    or a PostgreSQL database any number of processes share."""
+
+    log: EventLog
+    queue: IndexQueue
+    locks: WriterLocks
+    notifier: Notifier
+    cache: EmbeddingCache
+    close: Callable[[], None]
+
+
+def open_backend(settings: Settings) -> Backend:
+    if settings.database_url:
+        from memsvc.storage import postgres
+
+        pg = postgres.open_backend(
+            settings.database_url,
+            settings.database_pool_size,
+            # every thread that may hold a writer lock at once: calls and index workers
+            lock_holders=settings.grpc_workers + settings.index_workers + 2,
+            listen=settings.database_listen,
+        )
+        return Backend(pg.log, pg.queue, pg.locks, pg.notifier, pg.cache, pg.close)
+    log_, queue, locks = sqlite.open_log(settings.data_dir)
+    cache = sqlite.open_cache(settings.data_dir)
+
+    def close() -> None:
+        cache.close()
+        log_.close()
+
+    return Backend(log_, queue, locks, LocalNotifier(), cache, close)
 
 
 @dataclass
@@ -42,12 +78,12 @@ class Services:
     settings: Settings
     embedder: Embedder
     store: MilvusChunkStore
-    log: SqlEventLog
-    queue: SqlIndexQueue
-    cache: SqlEmbeddingCache
-    locks: ConversationLocks
-    notifier: LocalNotifier
-    health: WriteHealth
+    log: EventLog
+    queue: IndexQueue
+    cache: EmbeddingCache
+    locks: WriterLocks
+    notifier: Notifier
+    health: Health
     projector: Projector
     ingest: IngestService
     deletion: DeletionService
@@ -55,6 +91,7 @@ class Services:
     worker: IndexWorker
     control: IndexControl
     store_watch: StoreWatch
+    backend: Backend
 
     def close(self) -> None:
         """Worker first (it finishes or hands back its step), the store, then the log.
@@ -63,28 +100,57 @@ class Services:
         self.search.close()
         self.store_watch.stop()
         self.health.stop()
-        with self.log.snapshot() as r:
-            erase = r.get_meta(ERASURE_PENDING) == "1"
+        try:
+            with self.log.snapshot() as r:
+                erase = r.get_meta(ERASURE_PENDING) == "1"
+        except Exception:  # the database gone: the next start finishes the erasure
+            erase = False
         self.store.close(erase=erase)
         if erase:
             _erase_files(self.log, self.cache)
-        self.cache.close()
-        self.log.close()
+        self.backend.close()
         datadir.unlock(self.settings.data_dir)
 
     def gauges(self) -> metrics.GaugeReading:
         return metrics.GaugeReading(
-            self.queue.gauges(), self.worker.paused, self.store.up, self.health.disk_full
+            self.queue.gauges(),
+            self.worker.paused,
+            self.store.up,
+            self.health.disk_full,
+            self.health.log_up,
         )
 
 
-def _erase_files(log_: SqlEventLog, cache: SqlEmbeddingCache) -> None:
+def _erase_files(log_: EventLog, cache: EmbeddingCache) -> None:
     """No page or WAL frame of the log or cache keeps what a purge erased."""
     log_.erase()
     cache.erase()
     with log_.transaction() as tx:
         tx.set_meta(ERASURE_PENDING, "0")
     log.info("erased", what="purged text: log, cache and store files rewritten")
+
+
+def migrate_log(settings: Settings) -> str:
+    """`memsvc migrate`: open the event log (which brings its schema to this version) and
+    close it. Returns what was done."""
+    if settings.database_url:
+        from memsvc.storage.postgres.database import PostgresDatabase, redact
+        from memsvc.storage.postgres.schema import migrate
+
+        database = PostgresDatabase(settings.database_url, pool_size=2)
+        try:
+            with database.transaction() as sql:
+                found, now = migrate(sql)
+        finally:
+            database.close()
+        return f"{redact(settings.database_url)}: schema {found} -> {now}"
+    datadir.lock(settings.data_dir)
+    try:
+        backend = open_backend(settings)
+        backend.close()
+    finally:
+        datadir.unlock(settings.data_dir)
+    return f"{settings.data_dir}: event log and cache at the current schema"
 
 
 def milvus_uri(settings: Settings) -> str:
@@ -94,17 +160,21 @@ def milvus_uri(settings: Settings) -> str:
 def build_services(settings: Settings, embedder: Embedder | None = None) -> Services:
     """Everything the transports need. `embedder` lets tests share one loaded model."""
     datadir.lock(settings.data_dir)
+    backend: Backend | None = None
     try:
-        return _build(settings, embedder)
+        datadir.secure(settings.data_dir)
+        backend = open_backend(settings)  # before the model: a database error is quick
+        if embedder is None:
+            embedder = load_embedder(settings)
+        return _build(settings, embedder, backend)
     except BaseException:
+        if backend is not None:
+            backend.close()
         datadir.unlock(settings.data_dir)
         raise
 
 
-def _build(settings: Settings, embedder: Embedder | None) -> Services:
-    datadir.secure(settings.data_dir)
-    if embedder is None:
-        embedder = load_embedder(settings)
+def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services:
     log.info(
         "embedder_ready",
         model=embedder.name,
@@ -112,20 +182,37 @@ def _build(settings: Settings, embedder: Embedder | None) -> Services:
         pooling=embedder.info.pooling,
         fallback=embedder.info.fallback,
     )
-    events, queue, locks = sqlite.open_log(settings.data_dir)
-    cache = sqlite.open_cache(settings.data_dir)
+    events, queue, locks, notifier, cache = (
+        backend.log,
+        backend.queue,
+        backend.locks,
+        backend.notifier,
+        backend.cache,
+    )
     uri = milvus_uri(settings)
+    if settings.database_url and lite.is_lite(uri):
+        log.warning(
+            "store_not_shared",
+            store=uri,
+            effect="the vectors live in this process's data dir: replicas sharing the"
+            " database would each hold a store of their own and undo each other's work",
+            remedy="run one replica, or point every replica at one Milvus server"
+            " (MEMSVC_MILVUS_URI)",
+        )
     with events.snapshot() as r:
         unfinished_erasure = r.get_meta(ERASURE_PENDING) == "1"
-    if unfinished_erasure:  # a purge, then no clean stop: finish the erasure first
-        if lite.is_lite(uri) and Path(uri).exists():
+    if unfinished_erasure and lite.is_lite(uri):  # a purge, then no clean stop: finish it
+        if Path(uri).exists():
             lite.vacuum(uri)
         _erase_files(events, cache)
-    store = MilvusChunkStore(
-        uri, settings.collection, embedder.name, embedder.dim, token=settings.milvus_token
-    )
-    notifier = LocalNotifier()
-    health = WriteHealth(events, settings.data_dir)
+    # Replicas starting together: one bootstraps (collection, token counts, identity).
+    with locks.hold(BOOTSTRAP):
+        store = MilvusChunkStore(
+            uri, settings.collection, embedder.name, embedder.dim, token=settings.milvus_token
+        )
+        bootstrap.recount_tokens_if_tokenizer_changed(events, embedder)
+        bootstrap.follow_store_identity(events, store.identity)
+    health = Health(events, None if settings.database_url else settings.data_dir)
     policy = ChunkPolicy(
         max_turns=settings.chunk_max_turns,
         overlap_turns=settings.chunk_overlap_turns,
@@ -153,6 +240,7 @@ def _build(settings: Settings, embedder: Embedder | None) -> Services:
     search = SearchService(store, events, embedder, QueryBatcher(embedder), tuning)
     log.info("store_ready", uri=store.uri, collection=store.collection)
     worker = IndexWorker(
+        events,
         projector,
         queue,
         store,
@@ -168,13 +256,12 @@ def _build(settings: Settings, embedder: Embedder | None) -> Services:
         ),
     )
     control = IndexControl(events, queue, worker, projector, locks, notifier)
-    bootstrap.recount_tokens_if_tokenizer_changed(events, embedder)
-    bootstrap.follow_store_identity(events, store.identity)
     watch = StoreWatch(store, settings.store_check_s)
     watch.on_change(lambda up: notifier.notify() if up else None)
     health.on_change(lambda writable: notifier.notify() if writable else None)
     watch.start()
-    worker.start(paused=control.paused_before())
+    health.start()
+    worker.start()
     return Services(
         settings,
         embedder,
@@ -192,4 +279,5 @@ def _build(settings: Settings, embedder: Embedder | None) -> Services:
         worker,
         control,
         watch,
+        backend,
     )

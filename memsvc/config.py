@@ -22,6 +22,19 @@ class Settings(BaseSettings):
     data_dir: Path = Field(
         Path("./data"), description="event log, embedding cache, Milvus Lite file"
     )
+    database_url: str = Field(
+        "",
+        description="event log database: empty = SQLite in data_dir (one process);"
+        " postgresql://user@host:port/db = PostgreSQL shared by any number of replicas",
+    )
+    database_pool_size: int = Field(
+        8, ge=2, le=256, description="connections to the database for calls and the worker"
+    )
+    database_listen: bool = Field(
+        True,
+        description="wake other replicas' workers with LISTEN/NOTIFY; false behind a"
+        " transaction-pooling PgBouncer (they poll every 0.5 s instead)",
+    )
     milvus_uri: str = Field(
         "", description="Milvus server URI; empty = Milvus Lite file in data_dir"
     )
@@ -131,6 +144,8 @@ class Settings(BaseSettings):
                 "max_waiting_calls + max_heavy_calls must leave at least 4 of grpc_workers"
                 " for health checks, appends and searches"
             )
+        if self.database_url and not self.database_url.startswith(("postgresql://", "postgres://")):
+            raise ValueError("database_url must be empty (SQLite) or postgresql://...")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file go together")
         if self.tls_client_ca_file is not None and self.tls_cert_file is None:

@@ -230,6 +230,10 @@ class EventLog(Protocol):
         """Leave no deleted content in the log's files (after a purge; at a clean stop)."""
         ...
 
+    def ping(self) -> bool:
+        """Whether the log answers (a database can go away; a file does not)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -277,12 +281,22 @@ class IndexQueue(Protocol):
 
     def gauges(self) -> QueueGauges: ...
 
+    def leased(self) -> int:
+        """Conversations under a live lease, by any process sharing the log."""
+        ...
+
 
 class WriterLocks(Protocol):
-    """One writer per conversation: every change to a conversation's layout or stored
-    chunks runs while holding its lock (re-entrant within a thread)."""
+    """One writer per conversation, across every process sharing the log: every change
+    to a conversation's layout or stored chunks runs while holding its lock (re-entrant
+    within a thread)."""
 
     def hold(self, conversation_id: str) -> AbstractContextManager[None]: ...
+
+    def ensure(self, conversation_id: str) -> None:
+        """Raise if this holder has lost the lock (its database connection died): called
+        just before each store write, so a writer that lost it stops writing."""
+        ...
 
 
 class Notifier(Protocol):
@@ -333,6 +347,10 @@ class EmbeddingCache(Protocol):
 
     def forget(self, hashes: Sequence[str]) -> None:
         """Erase the vectors of these texts, for every model (privacy purge)."""
+        ...
+
+    def erase(self) -> None:
+        """Leave no forgotten vector in the cache's files."""
         ...
 
     def close(self) -> None: ...

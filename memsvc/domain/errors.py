@@ -94,3 +94,9 @@ class DiskFull(ResourceExhausted):
 
     def __init__(self, message: str, retry_after_s: float = 5.0) -> None:
         super().__init__(message, retry_after_s)
+
+
+class LogUnavailable(Unavailable):
+    """The event log's database cannot be reached; nothing of the call was written."""
+
+    reason = "LOG_UNAVAILABLE"

@@ -101,6 +101,7 @@ class GaugeReading:
     paused: bool
     store_up: bool
     disk_full: bool = False
+    log_up: bool = True
 
 
 class ServiceGauges(Collector):  # type: ignore[misc]
@@ -146,6 +147,11 @@ class ServiceGauges(Collector):  # type: ignore[misc]
             "memsvc_store_up",
             "1 while the vector store answers, 0 while it is down.",
             value=1 if reading.store_up else 0,
+        )
+        yield GaugeMetricFamily(
+            "memsvc_log_up",
+            "1 while the event log (its database) answers, 0 while it is unreachable.",
+            value=1 if reading.log_up else 0,
         )
         yield GaugeMetricFamily(
             "memsvc_disk_full",

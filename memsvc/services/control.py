@@ -13,12 +13,11 @@ from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import InvalidArgument, NotFound
 from memsvc.domain.records import IndexTotals, QueueItem
 from memsvc.ports import EventLog, IndexQueue, Notifier, WriterLocks
-from memsvc.services.indexing import IndexWorker
+from memsvc.services.indexing import PAUSED_KEY, IndexWorker
 from memsvc.services.projection import Projector
 
 log = structlog.get_logger(__name__)
 
-PAUSED_KEY = "indexing_paused"
 DEFAULT_WAIT_MS = 10_000
 MAX_WAIT_MS = 300_000
 # WaitForIndexed replies this long before the caller's deadline, so the reply reaches it.
@@ -43,13 +42,9 @@ class IndexControl:
         self.notifier = notifier
 
     # -- pause ----------------------------------------------------------------------------
-    def paused_before(self) -> bool:
-        """The durable flag: a paused server restarts paused."""
-        with self.log.snapshot() as r:
-            return r.get_meta(PAUSED_KEY) == "1"
-
     def set_paused(self, paused: bool, access: Access = FULL) -> None:
-        """Pause: returns once the batch in flight (if any) is finished. Durable."""
+        """Pause (fleet-wide: the flag is in the log): returns once no step is in flight.
+        Durable: a paused server restarts paused."""
         access.need_unlimited("pausing indexing")
         with self.log.transaction() as tx:
             tx.set_meta(PAUSED_KEY, "1" if paused else "0")
@@ -57,7 +52,9 @@ class IndexControl:
 
     @property
     def paused(self) -> bool:
-        return self.worker.paused
+        """The flag as the log holds it now (the same on every replica)."""
+        with self.log.snapshot() as r:
+            return r.get_meta(PAUSED_KEY) == "1"
 
     # -- status ---------------------------------------------------------------------------
     def status(

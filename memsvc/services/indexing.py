@@ -33,11 +33,17 @@ import structlog
 from memsvc.domain.errors import DiskFull, StoreUnavailable
 from memsvc.domain.records import QueueItem
 from memsvc.domain.types import STALE_REASONS, ChunkRecord, UpsertResult
-from memsvc.ports import ChunkStore, IndexQueue, Notifier, WriterLocks
-from memsvc.services.health import WriteHealth
+from memsvc.ports import ChunkStore, EventLog, IndexQueue, Notifier, WriterLocks
+from memsvc.services.health import Health
 from memsvc.services.projection import Projector
 
 log = structlog.get_logger(__name__)
+
+PAUSED_KEY = "indexing_paused"
+# How long a worker trusts the pause flag it last read (it is the log's, fleet-wide).
+PAUSE_CHECK_S = 0.5
+# Pausing waits at most this long for steps in flight (on every process) to end.
+PAUSE_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -70,14 +76,16 @@ def worker_identity() -> str:
 class IndexWorker:
     def __init__(
         self,
+        log_: EventLog,
         projector: Projector,
         queue: IndexQueue,
         store: ChunkStore,
         locks: WriterLocks,
         notifier: Notifier,
-        health: WriteHealth,
+        health: Health,
         settings: WorkerSettings,
     ) -> None:
+        self.log = log_
         self.projector = projector
         self.health = health
         self.queue = queue
@@ -87,7 +95,7 @@ class IndexWorker:
         self.settings = settings
         self.owner = worker_identity()
         self._stop = threading.Event()
-        self._paused = threading.Event()
+        self._pause_read = (False, 0.0)  # (flag, monotonic time read)
         self._threads: list[threading.Thread] = []
         # Held by a worker from lease to the end of processing: pausing waits on it, so
         # once `hold_off(True)` returns no step is in flight.
@@ -96,9 +104,8 @@ class IndexWorker:
         self._unreleased: list[QueueItem] = []
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self, paused: bool) -> None:
-        if paused:
-            self._paused.set()
+    def start(self) -> None:
+        if self.paused:
             log.warning("indexing_paused", reason="paused before the restart")
         released = self.queue.release_stale_leases()
         if released:
@@ -122,18 +129,31 @@ class IndexWorker:
             log.warning("index_batch_abandoned", conversations=released)
 
     def hold_off(self, paused: bool) -> None:
-        """Pause (returns once the step in flight, if any, is finished) or resume."""
-        if paused:
-            self._paused.set()
-            with self._cycle:
-                pass
-        else:
-            self._paused.clear()
+        """The pause flag changed (it is in the log): read it now; pausing returns once no
+        step is in flight, in this process or any other sharing the log (at most
+        PAUSE_WAIT_S)."""
+        self._pause_read = (paused, time.monotonic())
         self.notifier.notify()
+        if not paused:
+            return
+        with self._cycle:
+            pass
+        deadline = time.monotonic() + PAUSE_WAIT_S
+        while self.queue.leased() and time.monotonic() < deadline:
+            self.notifier.wait(0.05)
 
     @property
     def paused(self) -> bool:
-        return self._paused.is_set()
+        """Indexing paused, fleet-wide (the flag is read from the log, briefly cached)."""
+        flag, read_at = self._pause_read
+        if time.monotonic() - read_at > PAUSE_CHECK_S:
+            try:
+                with self.log.snapshot() as r:
+                    flag = r.get_meta(PAUSED_KEY) == "1"
+            except Exception:  # the log unreachable: keep the last word on it
+                return flag
+            self._pause_read = (flag, time.monotonic())
+        return flag
 
     def notify(self) -> None:
         self.notifier.notify()
@@ -144,9 +164,9 @@ class IndexWorker:
             with self._cycle:
                 self._release_leftovers()
                 items: list[QueueItem] = []
-                # A store outage or a full disk is nobody's fault: wait for it instead of
-                # failing attempts.
-                if not self._paused.is_set() and self.store.up and not self.health.disk_full:
+                # An outage or a full disk is nobody's fault: wait for it instead of failing
+                # attempts.
+                if self.health.writable and self.store.up and not self.paused:
                     try:
                         items = self.queue.lease(
                             None,

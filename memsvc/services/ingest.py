@@ -149,7 +149,9 @@ class IngestService:
             good[conv] = self._event_rows(normal)
         accepted = duplicates = 0
         with self.log.transaction() as tx:
-            for conv, rows in good.items():
+            # Rows are locked in id order: two appends naming the same conversations never
+            # wait on each other in a cycle (a database that locks rows).
+            for conv, rows in sorted(good.items()):
                 try:
                     with tx.savepoint():
                         tx.open_conversation(conv, self.default_version)

@@ -153,6 +153,7 @@ class Projector:
             # (it may be a re-rendering without that turn, stored live), so a failure below
             # leaves nothing visible and the next replan finds the row gone again.
             stored = self.store.get(deleted, with_vectors=True)
+            self.locks.ensure(conv)
             self.store.set_deleted([c for c in stored.values() if not c.record.metadata.deleted])
         if fresh or gone or (row is not None and row.planned_seq(version) != seq):
             with self.log.transaction() as tx:
@@ -194,6 +195,7 @@ class Projector:
             versions = set(r.layout_versions(conv))
         if row is None:  # no log left for it: nothing of it may stay in the store
             stale = self.store.chunks_of(conv, deleted=None)
+            self.locks.ensure(conv)
             self.store.delete([c.record.chunk_id for c in stale])
             return Reconciled([], 0, len(stale))
         start_seq = row.work_seq
@@ -244,6 +246,7 @@ class Projector:
         }
         # The new current rows first, then the old ones off: a search meanwhile sees both
         # (identical texts collapse), never neither.
+        self.locks.ensure(conv)
         self.store.set_current(mark_on, True)
         self.store.set_deleted(hide)
         self.store.set_current(mark_off, False)
@@ -406,6 +409,7 @@ class Projector:
                 counts.upserted += 1
             else:
                 counts.updated += 1
+        self.locks.ensure(conv)
         self.store.upsert(writes)
         with self.log.transaction() as tx:
             tx.mark_indexed([(r.chunk_id, text_hash(r.text)) for r in records])
@@ -441,6 +445,7 @@ class Projector:
         if not pending:
             return 0
         live = [cid for cid, c in self.store.get(pending).items() if not c.record.metadata.deleted]
+        self.locks.ensure(conversation_id)
         self.store.delete(live)
         with self.log.transaction() as tx:
             tx.superseded_done(pending)

@@ -232,5 +232,8 @@ class SqlEventLog:
     def erase(self) -> None:
         self.database.erase()
 
+    def ping(self) -> bool:
+        return self.database.ping()
+
     def close(self) -> None:
         self.database.close()

@@ -220,6 +220,14 @@ class SqlIndexQueue:
             oldest_pending_since=min(oldest) if oldest else None,
         )
 
+    def leased(self) -> int:
+        with self.database.snapshot() as sql:
+            row = sql.one(
+                "SELECT COUNT(*) FROM conversations WHERE state = 'indexing'"
+                f" AND lease_until > {sql.dialect.now}"
+            )
+        return int(row[0]) if row else 0
+
     def _items(self, sql: Sql, conversation_ids: Sequence[str]) -> list[QueueItem]:
         items: list[QueueItem] = []
         for part in chunked(list(conversation_ids)):

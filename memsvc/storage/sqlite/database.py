@@ -97,6 +97,9 @@ class SqliteDatabase:
                 raise DiskFull(f"{self.path.name}: the disk is full ({exc})") from exc
             raise
 
+    def ping(self) -> bool:
+        return True
+
     def erase(self) -> None:
         """Rewrite the file without free pages, and the WAL without old frames."""
         conn = self._conn()

@@ -38,3 +38,6 @@ class ConversationLocks:
                     del self._locks[conversation_id]
                 else:
                     self._locks[conversation_id] = (lock, users - 1)
+
+    def ensure(self, conversation_id: str) -> None:
+        """In one process a held lock cannot be lost."""

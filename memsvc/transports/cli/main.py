@@ -22,6 +22,11 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the gRPC server")
     serve.add_argument("--listen", help="HOST:PORT (env MEMSVC_LISTEN, default 127.0.0.1:50051)")
     serve.add_argument("--data-dir", help="data directory (env MEMSVC_DATA_DIR, default ./data)")
+    serve.add_argument(
+        "--database-url",
+        help="postgresql://user@host:port/db shared by replicas; empty = SQLite in the data"
+        " dir (env MEMSVC_DATABASE_URL)",
+    )
     serve.add_argument("--milvus-uri", help="Milvus server URI (env MEMSVC_MILVUS_URI)")
     serve.add_argument("--collection", help="Milvus collection (env MEMSVC_COLLECTION)")
     serve.add_argument("--embed-model", help="hub id or directory (env MEMSVC_EMBED_MODEL)")
@@ -60,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-format", choices=["auto", "json", "console"])
     serve.add_argument("--log-level")
+    migrate = sub.add_parser(
+        "migrate",
+        help="bring the event log's schema to this version and exit (serve does it too)",
+    )
+    migrate.add_argument("--data-dir", help="data directory (env MEMSVC_DATA_DIR)")
+    migrate.add_argument("--database-url", help="PostgreSQL URL (env MEMSVC_DATABASE_URL)")
     add_client_commands(sub)
     return parser
 
@@ -81,6 +92,14 @@ def main(argv: list[str] | None = None) -> None:
         from memsvc.transports.cli.probe import check_health
 
         raise SystemExit(0 if check_health() else 1)
+    if args.command == "migrate":
+        from memsvc.app import migrate_log
+
+        try:
+            print(migrate_log(_settings(args)))
+        except Exception as exc:  # one line: what failed and why
+            raise SystemExit(f"memsvc migrate: {exc}") from None
+        raise SystemExit(0)
     if args.command != "serve":
         raise SystemExit(run_client(args))
     try:

@@ -18,8 +18,11 @@ from grpc_reflection.v1alpha import reflection
 
 from memsvc.app import Services, build_services
 from memsvc.config import Settings
+from memsvc.domain.errors import FailedPrecondition
 from memsvc.observability import metrics
 from memsvc.storage import datadir
+from memsvc.storage.postgres.database import DatabaseUnreachable
+from memsvc.storage.sqlite.schema import SchemaTooNew
 from memsvc.transports.grpc.auth import AuthInterceptor, TokenFileError, TokenTable, is_loopback
 from memsvc.transports.grpc.servicer import MemoryServicer
 from memsvc.transports.grpc.status import rich_status
@@ -68,10 +71,16 @@ class RunningServer:
 
     def mark_ready(self, services: Services) -> None:
         self.servicer.attach(services)
-        self.set_serving(services.store.up)
-        # NOT_SERVING while the vector store is down, SERVING again once it is back.
-        services.store_watch.on_change(self.set_serving)
-        self.set_writable(not services.health.disk_full)
+
+        def serving(_: bool) -> None:
+            self.set_serving(services.store.up and services.health.log_up)
+
+        serving(True)
+        # NOT_SERVING while the vector store or the log's database is down, SERVING again
+        # once both are back.
+        services.store_watch.on_change(serving)
+        services.health.on_log_change(serving)
+        self.set_writable(services.health.writable)
         services.health.on_change(self.set_writable)
 
     def set_writable(self, writable: bool) -> None:
@@ -213,6 +222,15 @@ def check_exposure(settings: Settings) -> None:
     )
 
 
+# Start-up failures with a cause the operator can act on: a one-line message, no traceback.
+STARTUP_ERRORS: tuple[type[BaseException], ...] = (
+    FailedPrecondition,  # the collection holds another model's vectors
+    SchemaTooNew,
+    DatabaseUnreachable,
+    datadir.DataDirBusy,
+)
+
+
 def serve(settings: Settings) -> None:
     """`memsvc serve`: everything that can fail at once is checked before the model loads
     (ports, the data dir lock, the tokens file), each failure a one-line error; then load
@@ -265,6 +283,9 @@ def serve(settings: Settings) -> None:
         signal.signal(signal.SIGHUP, lambda *_: tokens.reload())
     try:
         services = build_services(settings)
+    except STARTUP_ERRORS as exc:
+        running.stop(0)
+        raise SystemExit(f"memsvc: {exc}") from None
     except Exception:
         running.stop(0)
         raise
