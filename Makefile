@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 # would pull gigabytes of CUDA wheels.
 TORCH := torch==2.13.0
 
-.PHONY: run test eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-peer-venv clean soak proto-check test-clients
+.PHONY: run test test-fleet eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ run: $(VENV)/.base
 TEST_WORKERS ?= 2
 test: $(VENV)/.dev
 	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# Three replicas on one PostgreSQL log and one Milvus server, in child processes (in order:
+# the tests share the fleet; one kills a replica, the last restarts the database).
+test-fleet: $(VENV)/.dev
+	$(PY) -m pytest -q -m fleet -p no:cacheprovider tests/fleet $(PYTEST_ARGS)
 
 # Long randomized run of the write-path state machine (MEMSVC_SOAK_EXAMPLES, default 1000).
 soak: $(VENV)/.dev
@@ -78,6 +83,11 @@ bench-async: $(VENV)/.dev
 
 bench-resilience: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/resilience.py $(ARGS)
+
+# 1, 2 and 3 replicas on one PostgreSQL (started from the machine's binaries) and one
+# milvus-lite TCP server; LISTEN/NOTIFY against polling.
+bench-fleet: $(VENV)/.dev
+	PYTHONPATH=. $(PY) benchmarks/fleet.py $(ARGS)
 
 # bench-perf also runs the LangChain peer (benchmarks/peer_langchain.py) when .venv-peer exists.
 bench-perf: $(VENV)/.dev

@@ -22,6 +22,7 @@ from memsvc.app import Services, build_services
 from memsvc.config import Settings
 from memsvc.domain.types import MemoryEvent
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, load_embedder
+from tests.support.postgres import PostgresCluster
 
 
 def make_settings(data_dir: Path, **kw: object) -> Settings:
@@ -43,6 +44,34 @@ def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
 @pytest.fixture()
 def services(tmp_path: Path, embedder: Embedder) -> Iterator[Services]:
     svc = build_services(make_settings(tmp_path), embedder=embedder)
+    yield svc
+    svc.close()
+
+
+# -- both event-log backends -------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresCluster]:
+    """A real PostgreSQL server (one per pytest worker), started on first use."""
+    cluster = PostgresCluster().start()
+    yield cluster
+    cluster.destroy()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> dict[str, object]:
+    """Settings of an event-log backend: SQLite in the data dir, or a new PostgreSQL
+    database (the same one for every start within the test)."""
+    if request.param == "sqlite":
+        return {}
+    cluster: PostgresCluster = request.getfixturevalue("postgres")
+    return {"database_url": cluster.create_database()}
+
+
+@pytest.fixture()
+def services_on_both(
+    tmp_path: Path, embedder: Embedder, backend: dict[str, object]
+) -> Iterator[Services]:
+    svc = build_services(make_settings(tmp_path, **backend), embedder=embedder)
     yield svc
     svc.close()
 

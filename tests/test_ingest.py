@@ -19,6 +19,12 @@ from tests.conftest import EN_TURNS, ZH_TURNS, conversation, turn
 from tests.support.conversations import generate
 
 
+@pytest.fixture()
+def services(services_on_both: Services) -> Services:
+    """Every test here runs on both event-log backends (SQLite, PostgreSQL)."""
+    return services_on_both
+
+
 def build_and_upsert(svc: Services, events: list, **kw: object) -> list[ChunkRecord]:  # type: ignore[type-arg]
     result = svc.ingest.build(events, **kw)  # type: ignore[arg-type]
     up = svc.ingest.upsert(result.chunks)

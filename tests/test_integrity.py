@@ -8,6 +8,8 @@ import dataclasses
 import threading
 from pathlib import Path
 
+import pytest
+
 from memsvc.app import Services, build_services
 from memsvc.domain.types import (
     ChunkRecord,
@@ -19,6 +21,12 @@ from memsvc.domain.types import (
 )
 from memsvc.embedding.model import Embedder
 from tests.conftest import EN_TURNS, conversation, make_settings, turn
+
+
+@pytest.fixture()
+def services(services_on_both: Services) -> Services:
+    """Every test here runs on both event-log backends (SQLite, PostgreSQL)."""
+    return services_on_both
 
 
 def live(svc: Services, conv: str) -> dict[str, str]:
@@ -106,8 +114,10 @@ def test_1c_delete_by_chunk_id_then_next_turn_does_not_bring_text_back(
 
 
 # -- 2. unknown chunk ids ------------------------------------------------------------------
-def test_2_unknown_chunk_id_changes_nothing(tmp_path: Path, embedder: Embedder) -> None:
-    first = build_services(make_settings(tmp_path), embedder=embedder)
+def test_2_unknown_chunk_id_changes_nothing(
+    tmp_path: Path, embedder: Embedder, backend: dict[str, object]
+) -> None:
+    first = build_services(make_settings(tmp_path, **backend), embedder=embedder)
     try:
         sync(first, conversation("d2", EN_TURNS))
         before = live(first, "d2")
@@ -118,7 +128,9 @@ def test_2_unknown_chunk_id_changes_nothing(tmp_path: Path, embedder: Embedder) 
     finally:
         first.close()
     # the store rebuilt from the log has the same chunks
-    second = build_services(make_settings(tmp_path, collection="rebuilt"), embedder=embedder)
+    second = build_services(
+        make_settings(tmp_path, collection="rebuilt", **backend), embedder=embedder
+    )
     try:
         assert second.control.wait_for_indexed("d2", 5, 120) is not None
         assert live(second, "d2") == before

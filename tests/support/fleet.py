@@ -1,0 +1,123 @@
+"""A fleet for tests and benchmarks: replicas of `memsvc serve` in child processes sharing
+one PostgreSQL database and one Milvus server (milvus-lite's TCP server standing in)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from memsvc.v1 import memory_pb2_grpc as pb_grpc
+from tests.support.launch import free_port, wait_serving
+
+
+class MilvusServer:
+    """milvus-lite's server on a loopback TCP port (one process), stopped by its pid."""
+
+    def __init__(self, db_file: Path) -> None:
+        from milvus_lite.server import Server
+
+        self.port = free_port()
+        self._server = Server(str(db_file), f"127.0.0.1:{self.port}")
+        if not self._server.init() or not self._server.start():
+            raise RuntimeError("milvus-lite's TCP server did not start")
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self._server.stop()
+
+
+@dataclass
+class Replica:
+    name: str
+    data_dir: Path
+    port: int
+    proc: subprocess.Popen[bytes]
+    channel: grpc.Channel = field(init=False)
+    stub: pb_grpc.MemoryServiceStub = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
+        self.stub = pb_grpc.MemoryServiceStub(self.channel)  # type: ignore[no-untyped-call]
+
+    def kill(self) -> None:
+        """kill -9: no shutdown, no lease handed back."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+
+def start_replica(root: Path, name: str, database_url: str, milvus_uri: str, **env: str) -> Replica:
+    data_dir = root / name
+    port = free_port()
+    environment = dict(os.environ)
+    environment.update(
+        MEMSVC_EMBED_MODEL="sentence-transformers/all-MiniLM-L6-v2",
+        MEMSVC_DATABASE_URL=database_url,
+        MEMSVC_MILVUS_URI=milvus_uri,
+        MEMSVC_METRICS_LISTEN="",
+        TQDM_DISABLE="1",
+    )
+    environment.update(env)
+    log = (root / f"{name}.log").open("ab")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memsvc",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            str(data_dir),
+            "--log-level",
+            "WARNING",
+            "--log-format",
+            "json",
+        ],
+        env=environment,
+        stdout=log,
+        stderr=log,
+    )
+    return Replica(name, data_dir, port, proc)
+
+
+def start_fleet(
+    root: Path, count: int, database_url: str, milvus_uri: str, **env: str
+) -> list[Replica]:
+    """`count` replicas, started together, each SERVING on return."""
+    replicas = [start_replica(root, f"r{i}", database_url, milvus_uri, **env) for i in range(count)]
+    try:
+        for r in replicas:
+            wait_serving(r.channel, r.proc, timeout_s=300)
+    except BaseException:
+        for r in replicas:
+            r.stop()
+        raise
+    return replicas
+
+
+def until(condition: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out: {what}")
+        time.sleep(0.1)
