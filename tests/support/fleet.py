@@ -42,12 +42,29 @@ class Replica:
     data_dir: Path
     port: int
     proc: subprocess.Popen[bytes]
+    metrics_port: int | None = None
     channel: grpc.Channel = field(init=False)
     stub: pb_grpc.MemoryServiceStub = field(init=False)
 
     def __post_init__(self) -> None:
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
         self.stub = pb_grpc.MemoryServiceStub(self.channel)  # type: ignore[no-untyped-call]
+
+    def metric(self, family: str, **labels: str) -> float:
+        """Sum of a metric's samples with these labels on this replica's /metrics (a replica
+        started with metrics=True)."""
+        import urllib.request
+
+        assert self.metrics_port is not None, "started without metrics"
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as res:
+            lines = res.read().decode().splitlines()
+        wanted = [f'{k}="{v}"' for k, v in labels.items()]
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in lines
+            if line.startswith((family + " ", family + "{")) and all(w in line for w in wanted)
+        )
 
     def kill(self) -> None:
         """kill -9: no shutdown, no lease handed back."""
@@ -65,18 +82,22 @@ class Replica:
                 self.proc.wait(timeout=30)
 
 
-def start_replica(root: Path, name: str, database_url: str, milvus_uri: str, **env: str) -> Replica:
+def start_replica(
+    root: Path, name: str, database_url: str, milvus_uri: str, metrics: bool = False, **env: str
+) -> Replica:
     data_dir = root / name
     port = free_port()
+    metrics_port = free_port() if metrics else None
     environment = dict(os.environ)
     environment.update(
         MEMSVC_EMBED_MODEL="sentence-transformers/all-MiniLM-L6-v2",
         MEMSVC_DATABASE_URL=database_url,
         MEMSVC_MILVUS_URI=milvus_uri,
-        MEMSVC_METRICS_LISTEN="",
+        MEMSVC_METRICS_LISTEN=f"127.0.0.1:{metrics_port}" if metrics_port else "",
         TQDM_DISABLE="1",
     )
     environment.update(env)
+    root.mkdir(parents=True, exist_ok=True)
     log = (root / f"{name}.log").open("ab")
     proc = subprocess.Popen(
         [
@@ -97,14 +118,16 @@ def start_replica(root: Path, name: str, database_url: str, milvus_uri: str, **e
         stdout=log,
         stderr=log,
     )
-    return Replica(name, data_dir, port, proc)
+    return Replica(name, data_dir, port, proc, metrics_port)
 
 
 def start_fleet(
-    root: Path, count: int, database_url: str, milvus_uri: str, **env: str
+    root: Path, count: int, database_url: str, milvus_uri: str, metrics: bool = False, **env: str
 ) -> list[Replica]:
     """`count` replicas, started together, each SERVING on return."""
-    replicas = [start_replica(root, f"r{i}", database_url, milvus_uri, **env) for i in range(count)]
+    replicas = [
+        start_replica(root, f"r{i}", database_url, milvus_uri, metrics, **env) for i in range(count)
+    ]
     try:
         for r in replicas:
             wait_serving(r.channel, r.proc, timeout_s=300)
