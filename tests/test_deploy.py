@@ -1,0 +1,63 @@
+"""deploy/fleet: the compose file and Envoy config agree with the server they deploy.
+
+The images cannot be pulled here, so the files are checked for what can go wrong silently:
+a setting name the server would refuse, a health check on a service name the server does not
+report, a balancer pointing at a port or host that does not exist. `.ci/run` also runs
+`docker-compose config` on the file (Debian's docker-compose parses it without a daemon).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memsvc.config import Settings
+from memsvc.transports.grpc.server import SERVICE_NAME
+
+FLEET = Path(__file__).resolve().parent.parent / "deploy" / "fleet"
+
+
+def load(name: str) -> dict[str, Any]:
+    data = yaml.safe_load((FLEET / name).read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_compose_runs_the_shared_backends_and_every_setting_is_real() -> None:
+    compose = load("compose.yaml")
+    services = compose["services"]
+    assert {"postgres", "etcd", "minio", "milvus", "memsvc", "envoy"} <= set(services)
+    env = services["memsvc"]["environment"]
+    fields = {f"MEMSVC_{name.upper()}" for name in Settings.model_fields}
+    assert set(env) <= fields, set(env) - fields
+    # a fleet needs both shared backends; the server parses the values as given
+    assert env["MEMSVC_DATABASE_URL"].startswith("postgresql://memsvc@postgres:5432/")
+    assert env["MEMSVC_MILVUS_URI"] == "http://milvus:19530"
+    settings = Settings.model_validate(
+        {k.removeprefix("MEMSVC_").lower(): v for k, v in env.items()}
+    )
+    assert settings.database_pool_size >= 2 and settings.index_lease_s == 30
+    assert services["memsvc"]["deploy"]["replicas"] >= 2
+    # secrets the replicas read exist in the file's secrets section
+    assert set(services["memsvc"]["secrets"]) <= set(compose["secrets"])
+    assert "/run/secrets/pg_password" in " ".join(services["memsvc"]["entrypoint"])
+
+
+def test_envoy_balances_grpc_over_the_replicas_by_their_health() -> None:
+    compose = load("compose.yaml")
+    envoy = load("envoy.yaml")
+    (cluster,) = envoy["static_resources"]["clusters"]
+    (endpoint,) = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    address = endpoint["endpoint"]["address"]["socket_address"]
+    listen_port = int(compose["services"]["memsvc"]["environment"]["MEMSVC_LISTEN"].split(":")[1])
+    assert address == {"address": "memsvc", "port_value": listen_port}
+    # HTTP/2 upstream (gRPC) and the health check on the name the server reports
+    options = cluster["typed_extension_protocol_options"]
+    assert "http2_protocol_options" in str(options)
+    (check,) = cluster["health_checks"]
+    assert check["grpc_health_check"]["service_name"] == SERVICE_NAME
+    (listener,) = envoy["static_resources"]["listeners"]
+    published = compose["services"]["envoy"]["ports"][0]
+    assert published.endswith(f":{listener['address']['socket_address']['port_value']}")
