@@ -32,8 +32,8 @@ class Settings(BaseSettings):
     )
     database_listen: bool = Field(
         True,
-        description="wake other replicas' workers with LISTEN/NOTIFY; false behind a"
-        " transaction-pooling PgBouncer (they poll every 0.5 s instead)",
+        description="wake other replicas' workers with LISTEN/NOTIFY; false = they poll"
+        " every 0.5 s (a proxy that drops notifications, very large fleets)",
     )
     milvus_uri: str = Field(
         "", description="Milvus server URI; empty = Milvus Lite file in data_dir"

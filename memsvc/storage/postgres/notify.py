@@ -3,9 +3,9 @@ LISTEN on a connection of this process wakes its idle workers and WaitForIndexed
 A lost LISTEN connection is reopened; meanwhile waits still end on their time-outs (the
 callers poll), so a notification is a speed-up, never needed for correctness.
 
-`listen=False` (MEMSVC_DATABASE_LISTEN=false) is for a transaction-pooling PgBouncer, which
-cannot carry LISTEN: workers on other replicas then find new work by polling (every 0.5 s).
-`make bench-fleet` measures the difference."""
+`listen=False` (MEMSVC_DATABASE_LISTEN=false) is for proxies that drop notifications and for
+fleets where NOTIFY's fan-out costs more than polling: workers on other replicas then find
+new work by polling (every 0.5 s). `make bench-fleet` measures the difference."""
 
 from __future__ import annotations
 
