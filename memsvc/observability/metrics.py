@@ -7,18 +7,30 @@ through a callable the composition root installs (this module imports no service
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from memsvc.domain.errors import EmbedderError, StoreUnavailable
 from memsvc.domain.records import QueueGauges
 
+# One series per counter and histogram: no `_created` twins (they double the series).
+disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 # Queries answer in milliseconds, upserts and waits in seconds to minutes.
@@ -164,10 +176,53 @@ SERVICE_GAUGES = ServiceGauges()
 REGISTRY.register(SERVICE_GAUGES)
 
 
+class Readiness:
+    """`/readyz`: what the composition root says (SERVING on gRPC health); not ready until
+    it installs a callable."""
+
+    def __init__(self) -> None:
+        self.read: Callable[[], bool] = lambda: False
+
+
+READINESS = Readiness()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._reply(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+        elif path == "/healthz":  # the process answers
+            self._reply(200, b"ok\n")
+        elif path == "/readyz":  # it should get traffic: model loaded, store and log up
+            ready = READINESS.read()
+            self._reply(200 if ready else 503, b"ready\n" if ready else b"not ready\n")
+        else:
+            self._reply(404, b"not found: /metrics, /healthz, /readyz\n")
+
+    def _reply(self, code: int, body: bytes, content_type: str = "text/plain") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # scrapes are not log lines
+
+
 def serve_metrics(listen: str) -> int:
-    """Start the /metrics HTTP server on HOST:PORT (port 0: any); returns the port."""
+    """Serve /metrics, /healthz and /readyz on HOST:PORT (port 0: any) in a daemon thread;
+    returns the port."""
     host, _, port = listen.rpartition(":")
-    server, _ = start_http_server(int(port), addr=host.strip("[]"), registry=REGISTRY)
+    host = host.strip("[]")
+
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    server = Server((host, int(port)), _Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return int(server.server_address[1])
 
 

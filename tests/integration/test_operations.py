@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -37,6 +38,31 @@ def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
         for sample in family.samples:
             out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
     return out
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as res:
+            return res.status, res.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_readyz_follows_what_the_server_says() -> None:
+    from memsvc.observability import metrics
+
+    port = metrics.serve_metrics("127.0.0.1:0")
+    before = metrics.READINESS.read
+    try:
+        metrics.READINESS.read = lambda: False
+        assert get(port, "/readyz") == (503, "not ready\n")
+        assert get(port, "/healthz") == (200, "ok\n")  # alive while not ready
+        metrics.READINESS.read = lambda: True
+        assert get(port, "/readyz") == (200, "ready\n")
+        status, body = get(port, "/metrics")
+        assert status == 200 and "memsvc_rpc_duration_seconds" in body
+    finally:
+        metrics.READINESS.read = before
 
 
 def total(samples: dict[tuple[tuple[str, str], ...], float], **labels: str) -> float:
@@ -134,6 +160,10 @@ def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
         for name, samples in metrics.items():  # bounded labels: no conversation id anywhere
             for labels in samples:
                 assert all(v != "c1" for _, v in labels), name
+        assert not [name for name in metrics if name.endswith("_created")]
+        assert get(metrics_port, "/healthz") == (200, "ok\n")
+        assert get(metrics_port, "/readyz") == (200, "ready\n")
+        assert get(metrics_port, "/anything")[0] == 404
     finally:
         channel.close()
         proc.terminate()

@@ -68,18 +68,19 @@ class RunningServer:
     port: int
     servicer: MemoryServicer
     health: health.HealthServicer
+    serving: bool = False  # the overall health status, for /readyz
 
     def mark_ready(self, services: Services) -> None:
         self.servicer.attach(services)
 
-        def serving(_: bool) -> None:
+        def check(_: bool) -> None:
             self.set_serving(services.store.up and services.health.log_up)
 
-        serving(True)
+        check(True)
         # NOT_SERVING while the vector store or the log's database is down, SERVING again
         # once both are back.
-        services.store_watch.on_change(serving)
-        services.health.on_log_change(serving)
+        services.store_watch.on_change(check)
+        services.health.on_log_change(check)
         self.set_writable(services.health.writable)
         services.health.on_change(self.set_writable)
 
@@ -97,6 +98,7 @@ class RunningServer:
             if serving
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
+        self.serving = serving
         for name in ("", SERVICE_NAME):
             self.health.set(name, status)
         if not serving:
@@ -291,6 +293,7 @@ def serve(settings: Settings) -> None:
         raise
     running.mark_ready(services)
     metrics.SERVICE_GAUGES.read = services.gauges
+    metrics.READINESS.read = lambda: running.serving
     log.info("serving", address=f"{host}:{running.port}", model=services.embedder.name)
     # A signal may be delivered to any thread (ONNX Runtime's and torch's pools do not block
     # them), and Python runs its handlers in the main thread only between bytecodes: a single
