@@ -67,6 +67,30 @@ def test_a_writer_whose_lock_connection_died_stops_before_writing(
         svc.close()
 
 
+def test_writer_locks_recover_from_a_database_restart(postgres: PostgresCluster) -> None:
+    """Regression (a fleet run): after the database dropped every connection, the lock
+    pool handed out dead connections and lost a slot on each failure, until every writer
+    waited out the pool's time-out and appends hit their deadline."""
+    from memsvc.storage.postgres.locks import AdvisoryLocks
+
+    url = postgres.create_database()
+    locks = AdvisoryLocks(url, holders=2, connect_timeout_s=1.0)
+    try:
+        for name in ("a", "b"):  # two idle connections in the pool
+            with locks.hold(name):
+                locks.ensure(name)
+        with psycopg.connect(url, autocommit=True) as admin:  # what a restart does to them
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        for i in range(6):  # more takes than the pool has slots: none is lost
+            with locks.hold(f"after-{i}"):
+                locks.ensure(f"after-{i}")
+    finally:
+        locks.close()
+
+
 @pytest.fixture()
 def milvus(tmp_path: Path) -> Iterator[MilvusServer]:
     server = MilvusServer(tmp_path / "shared-milvus.db")

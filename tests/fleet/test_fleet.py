@@ -228,6 +228,7 @@ def test_a_database_restart_loses_nothing_acknowledged(
     acknowledged: list[MemoryEvent] = []
     refused = 0
     stop = threading.Event()
+    wrong: list[grpc.RpcError] = []  # anything but UNAVAILABLE (a hang ends in DEADLINE_...)
 
     def load() -> None:
         nonlocal refused
@@ -241,14 +242,20 @@ def test_a_database_restart_loses_nothing_acknowledged(
                     acknowledged.append(e)
                     i += 1
             except grpc.RpcError as err:
-                assert err.code() == grpc.StatusCode.UNAVAILABLE, err
+                if err.code() != grpc.StatusCode.UNAVAILABLE:
+                    wrong.append(err)
+                    return
                 refused += 1
                 time.sleep(0.1)
+
+    def appending(count: int) -> bool:
+        assert not wrong, wrong[0]
+        return len(acknowledged) >= count
 
     loader = threading.Thread(target=load)
     loader.start()
     try:
-        until(lambda: len(acknowledged) >= 5, 60, "appends before the restart")
+        until(lambda: appending(5), 60, "appends before the restart")
         cluster.stop("immediate")  # the database goes away, as in a crash
         health = health_pb2_grpc.HealthStub(alive[0].channel)
         until(
@@ -269,10 +276,11 @@ def test_a_database_restart_loses_nothing_acknowledged(
             60,
             "SERVING again by itself",
         )
-        until(lambda: refused > 0 and len(acknowledged) >= 15, 60, "appends after the restart")
+        until(lambda: appending(15) and refused > 0, 60, "appends after the restart")
     finally:
         stop.set()
         loader.join()
+    assert not wrong, wrong[0]
     last = acknowledged[-1].turn_id
     assert [e.turn_id for e in acknowledged] == list(range(last + 1))
     assert wait(alive[-1], "dbr", last).indexed

@@ -37,6 +37,8 @@ class AdvisoryLocks:
             max_size=max(2, holders),
             kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout_s))},
             timeout=connect_timeout_s * 6,
+            # a connection left dead by a database restart is replaced before it is used
+            check=psycopg_pool.ConnectionPool.check_connection,
             name="memsvc-locks",
             open=True,
         )
@@ -63,8 +65,15 @@ class AdvisoryLocks:
             key = lock_key(conversation_id)
             try:
                 conn = self._pool.getconn()
-                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                raise LogUnavailable(f"cannot take the writer lock: {str(exc)[:200]}") from exc
+            try:
+                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+            except psycopg.Error as exc:
+                # Back to the pool, which discards a broken connection: a slot kept here
+                # would be lost for good, and after a few outages every writer would wait
+                # out the pool's time-out.
+                self._pool.putconn(conn)
                 raise LogUnavailable(f"cannot take the writer lock: {str(exc)[:200]}") from exc
             held[conversation_id] = (conn, 1)
             try:
