@@ -39,15 +39,20 @@ def kill_9_mid_indexing(
     try:
         wait_serving(channel, proc)
         stub = pb_grpc.MemoryServiceStub(channel)
+        # Paused while appending, so the worker cannot keep pace with small appends: the
+        # whole backlog is then indexed in several bounded steps, and the kill lands
+        # between two of them.
+        stub.SetIndexingPaused(pb.SetIndexingPausedRequest(paused=True))
         for i in range(0, len(events), 3):
             res = stub.AppendEvents(pb.AppendEventsRequest(events=events[i : i + 3]))
             assert res.accepted == len(events[i : i + 3]) and not res.errors
+        stub.SetIndexingPaused(pb.SetIndexingPausedRequest(paused=False))
         deadline = time.monotonic() + 120
         while True:  # let the worker store some chunks, then kill it mid-way
             status = stub.GetIndexStatus(pb.GetIndexStatusRequest()).conversations[0]
             if status.last_indexed_turn >= 0 or time.monotonic() > deadline:
                 break
-            time.sleep(0.05)
+            time.sleep(0.02)
         assert status.last_appended_turn == len(events) - 1
     finally:
         channel.close()
@@ -85,12 +90,12 @@ def kill_9_mid_indexing(
 
 
 def test_kill_9_mid_indexing_loses_nothing(tmp_path: Path, services: Services) -> None:
-    kill_9_mid_indexing(tmp_path, services, generate("gen-kill", 11, sessions=12))
+    kill_9_mid_indexing(tmp_path, services, generate("gen-kill", 11, sessions=24))
 
 
 def test_sigterm_mid_indexing_stops_cleanly_and_resumes(tmp_path: Path, services: Services) -> None:
     kill_9_mid_indexing(
-        tmp_path, services, generate("gen-term", 12, sessions=8), sig=signal.SIGTERM
+        tmp_path, services, generate("gen-term", 12, sessions=24), sig=signal.SIGTERM
     )
 
 

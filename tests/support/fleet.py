@@ -138,9 +138,9 @@ def start_fleet(
     return replicas
 
 
-def until(condition: object, timeout_s: float, what: str) -> None:
+def until(condition: object, timeout_s: float, what: str, state: object = lambda: "") -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():  # type: ignore[operator]
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out: {what}")
+            raise AssertionError(f"timed out: {what} {state()}")  # type: ignore[operator]
         time.sleep(0.1)

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-import psycopg_pool
 
 from memsvc.domain.errors import LogUnavailable
 from memsvc.storage.sqlite.locks import ConversationLocks
@@ -28,20 +27,58 @@ def lock_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big", signed=True)
 
 
+class _Sessions:
+    """Connections for lock holders: idle ones kept for reuse, new ones opened directly.
+    Not a pool with reconnect back-off: when the database returns, the next writer connects
+    at once (a pool still backing off made writers wait out its time-out after a restart)."""
+
+    def __init__(self, url: str, max_idle: int, connect_timeout_s: float) -> None:
+        self.url = url
+        self.max_idle = max_idle
+        self.connect_timeout = max(1, int(connect_timeout_s))
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._mutex = threading.Lock()
+
+    def lock(self, key: int) -> psycopg.Connection[Any]:
+        """A session holding the advisory lock `key`. Idle sessions a restart killed are
+        dropped on the way; a new one that cannot connect is LogUnavailable."""
+        while True:
+            with self._mutex:
+                conn = self._idle.pop() if self._idle else None
+            fresh = conn is None
+            try:
+                if conn is None:
+                    conn = psycopg.connect(
+                        self.url, autocommit=True, connect_timeout=self.connect_timeout
+                    )
+                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+                return conn
+            except psycopg.Error as exc:
+                if conn is not None:
+                    conn.close()
+                if fresh:
+                    raise LogUnavailable(f"cannot take the writer lock: {str(exc)[:200]}") from exc
+
+    def give_back(self, conn: psycopg.Connection[Any]) -> None:
+        if not conn.closed:
+            with self._mutex:
+                if len(self._idle) < self.max_idle:
+                    self._idle.append(conn)
+                    return
+            conn.close()
+
+    def close(self) -> None:
+        with self._mutex:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
 class AdvisoryLocks:
     def __init__(self, url: str, holders: int, connect_timeout_s: float = 5.0) -> None:
         self._threads = ConversationLocks()
-        self._pool = psycopg_pool.ConnectionPool(
-            url,
-            min_size=0,
-            max_size=max(2, holders),
-            kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout_s))},
-            timeout=connect_timeout_s * 6,
-            # a connection left dead by a database restart is replaced before it is used
-            check=psycopg_pool.ConnectionPool.check_connection,
-            name="memsvc-locks",
-            open=True,
-        )
+        # `holders` bounds the idle sessions kept; more are opened while more writers hold
+        self._sessions = _Sessions(url, max(2, holders), connect_timeout_s)
         self._local = threading.local()
 
     def _held(self) -> dict[str, tuple[Any, int]]:
@@ -63,18 +100,7 @@ class AdvisoryLocks:
                     held[conversation_id] = (conn, depth)
                 return
             key = lock_key(conversation_id)
-            try:
-                conn = self._pool.getconn()
-            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-                raise LogUnavailable(f"cannot take the writer lock: {str(exc)[:200]}") from exc
-            try:
-                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
-            except psycopg.Error as exc:
-                # Back to the pool, which discards a broken connection: a slot kept here
-                # would be lost for good, and after a few outages every writer would wait
-                # out the pool's time-out.
-                self._pool.putconn(conn)
-                raise LogUnavailable(f"cannot take the writer lock: {str(exc)[:200]}") from exc
+            conn = self._sessions.lock(key)
             held[conversation_id] = (conn, 1)
             try:
                 yield
@@ -84,7 +110,7 @@ class AdvisoryLocks:
                     conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
                 except psycopg.Error:
                     conn.close()  # the session is gone, and its lock with it
-                self._pool.putconn(conn)
+                self._sessions.give_back(conn)
 
     def ensure(self, conversation_id: str) -> None:
         entry = self._held().get(conversation_id)
@@ -99,4 +125,4 @@ class AdvisoryLocks:
             ) from exc
 
     def close(self) -> None:
-        self._pool.close()
+        self._sessions.close()
