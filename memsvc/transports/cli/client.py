@@ -99,8 +99,48 @@ def add_client_commands(sub: Any) -> None:
         p = sub.add_parser(name, parents=[common], help=f"{name} background indexing")
         p.set_defaults(run=_pauser(paused))
 
+    p = sub.add_parser(
+        "mcp",
+        parents=[common],
+        help="serve the memory tools over MCP (stdio, or streamable HTTP with --listen)",
+    )
+    p.add_argument(
+        "--listen",
+        default=os.environ.get("MEMSVC_MCP_LISTEN", ""),
+        help="HOST:PORT: serve MCP over streamable HTTP at /mcp, each request with its own "
+        "bearer token (env MEMSVC_MCP_LISTEN); default: stdio with --token",
+    )
+    p.add_argument("--tls-cert-file", default="", help="PEM chain for the HTTP listener")
+    p.add_argument("--tls-key-file", default="", help="PEM key for the HTTP listener")
+    p.set_defaults(run=None)
+
+
+def run_mcp(args: argparse.Namespace) -> int:
+    from memsvc.transports.mcp.gateway import MemoryGateway, Target
+    from memsvc.transports.mcp.serve import HttpListen, serve_http, serve_stdio
+
+    gateway = MemoryGateway(Target(args.target, args.ca_file))
+    try:
+        if not args.listen:
+            serve_stdio(gateway, args.token)
+            return 0
+        host, sep, port = args.listen.rpartition(":")
+        if not sep or not port.isdigit():
+            err.print(f"memsvc mcp: --listen must be HOST:PORT, got {args.listen!r}")
+            return 2
+        if bool(args.tls_cert_file) != bool(args.tls_key_file):
+            err.print("memsvc mcp: --tls-cert-file and --tls-key-file go together")
+            return 2
+        listen = HttpListen(host.strip("[]"), int(port), args.tls_cert_file, args.tls_key_file)
+        serve_http(gateway, listen)
+        return 0
+    finally:
+        gateway.close()
+
 
 def run_client(args: argparse.Namespace) -> int:
+    if args.command == "mcp":
+        return run_mcp(args)
     try:
         with _stub(args) as stub:
             code: int = args.run(stub, args)

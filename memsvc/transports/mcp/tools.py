@@ -1,0 +1,383 @@
+"""The four MCP tools: add_turns, search_memory, delete_turns, memory_status.
+
+Each is one gRPC call (add_turns with `wait`: two) made through `MemoryGateway` with the
+caller's token. Results are structured (an output schema per tool) with a short text
+rendering beside them, for hosts that show text only."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from memsvc.transports.mcp.gateway import MemoryGateway
+from memsvc.v1 import memory_pb2 as pb
+
+T = TypeVar("T")
+# The token of the call: from the HTTP request's headers, or the one the stdio server was
+# started with.
+TokenOf = Callable[[Mapping[str, str] | None], str]
+
+INSTRUCTIONS = """\
+Long-term memory of conversations (user and assistant turns), searchable by meaning and by
+keywords. Store turns with add_turns (turn ids count up from 0 in each conversation; pass
+wait=true when you will search for them right away), find evidence with search_memory,
+forget turns with delete_turns, and check indexing with memory_status."""
+
+MODES = {
+    "hybrid": pb.SEARCH_MODE_HYBRID,
+    "dense": pb.SEARCH_MODE_DENSE,
+    "keyword": pb.SEARCH_MODE_KEYWORD,
+}
+MODE_NAMES = {v: k for k, v in MODES.items()}
+WAIT_TIMEOUT_MS = 60_000
+
+
+# -- inputs ----------------------------------------------------------------------------------
+class Turn(BaseModel):
+    turn_id: int = Field(
+        description="Position in the conversation, from 0, with no gaps (re-sending an "
+        "existing turn_id with new text edits it)."
+    )
+    speaker: str = Field(description='Who spoke: "user", "assistant" or "system".')
+    text: str = Field(description="What was said.")
+    timestamp: str = Field(
+        description='When, RFC 3339 with a UTC offset, e.g. "2026-02-02T10:15:30+08:00".'
+    )
+    speaker_name: str | None = Field(None, description='Display name, e.g. "Caroline".')
+    participants: list[str] | None = Field(
+        None, description="Display names of everyone in the conversation."
+    )
+
+
+# -- outputs ---------------------------------------------------------------------------------
+class TurnError(BaseModel):
+    turn: str = Field(description='"<conversation_id>#<turn_id>"')
+    message: str
+    reason: str
+
+
+class AddTurnsResult(BaseModel):
+    accepted: int = Field(description="New or edited turns written to the durable log.")
+    duplicates: int = Field(description="Identical re-sends: nothing changed.")
+    indexed: bool | None = Field(
+        description="With wait: whether the last turn is searchable now; else null."
+    )
+    backlog: int | None = Field(description="With wait: turns still to index.")
+
+
+class Hit(BaseModel):
+    chunk_id: str
+    score: float
+    text: str
+    conversation_id: str
+    turn_start: int
+    turn_end: int
+    time_start: str
+    time_end: str
+    speakers: list[str]
+    participants: list[str]
+
+
+class SearchResult(BaseModel):
+    query: str
+    mode: str
+    hits: list[Hit]
+
+
+class DeleteResult(BaseModel):
+    conversation_id: str
+    turns_deleted: int = Field(description="Turns newly marked deleted (0 on a repeat).")
+    chunks_deleted: int = Field(description="Stored chunks hidden from search.")
+
+
+class ConversationStatus(BaseModel):
+    conversation_id: str
+    state: str = Field(description="idle | pending | indexing | failed")
+    last_appended_turn: int
+    last_indexed_turn: int
+    backlog: int
+    last_error: str
+
+
+class StatusResult(BaseModel):
+    conversations: list[ConversationStatus]
+    total_backlog: int
+    paused: bool
+
+
+def _result(text: str, value: BaseModel) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=value.model_dump(mode="json"),
+    )
+
+
+async def _off_loop(fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+    # gRPC calls block: off the event loop, so one slow call does not stall the others
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kw))
+
+
+def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
+    server: MCPServer = MCPServer(
+        name="memsvc", instructions=INSTRUCTIONS, log_level="WARNING", version="1"
+    )
+
+    def token(ctx: Context) -> str:
+        try:
+            headers = ctx.headers
+        except ValueError:  # outside a request: no headers
+            headers = None
+        return token_of(headers)
+
+    @server.tool(
+        title="Add conversation turns to memory",
+        description=(
+            "Store turns of one conversation in long-term memory. Writes are durable when "
+            "this returns; they become searchable within seconds (pass wait=true to return "
+            "only once they are). Re-sending a turn is harmless."
+        ),
+        annotations=ToolAnnotations(
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=True,
+            open_world_hint=False,
+        ),
+    )
+    async def add_turns(
+        conversation_id: Annotated[str, Field(description="The conversation's id.")],
+        turns: Annotated[list[Turn], Field(description="The turns, in order.")],
+        ctx: Context,
+        wait: Annotated[
+            bool, Field(description="Return once the last turn is searchable (up to 60 s).")
+        ] = False,
+    ) -> Annotated[CallToolResult, AddTurnsResult]:
+        if not turns:
+            raise ToolError("INVALID_ARGUMENT: turns: at least one turn")
+        request = pb.AppendEventsRequest(
+            events=[
+                pb.MemoryEvent(
+                    conversation_id=conversation_id,
+                    turn_id=t.turn_id,
+                    speaker=t.speaker,
+                    text=t.text,
+                    timestamp=t.timestamp,
+                    speaker_name=t.speaker_name or "",
+                    participants=t.participants or [],
+                )
+                for t in turns
+            ]
+        )
+        bearer = token(ctx)
+        renames = {"events[0].conversation_id": "conversation_id", "events": "turns"}
+        reply = await _off_loop(
+            gateway.call, lambda s: s.AppendEvents, request, bearer, renames=renames
+        )
+        if reply.errors:  # a conversation with a bad turn is refused whole
+            # the server names request fields (events[i]...); this caller sent turns[i]
+            problems = "; ".join(e.message.replace("events[", "turns[") for e in reply.errors[:20])
+            raise ToolError(f"INVALID_ARGUMENT: nothing was written. {problems}")
+        value = AddTurnsResult(
+            accepted=reply.accepted, duplicates=reply.duplicates, indexed=None, backlog=None
+        )
+        text = f"Stored {reply.accepted} turn(s) of {conversation_id}"
+        text += f" ({reply.duplicates} already stored)." if reply.duplicates else "."
+        if wait:
+            last = max(t.turn_id for t in turns)
+            waited = await _off_loop(
+                gateway.call,
+                lambda s: s.WaitForIndexed,
+                pb.WaitForIndexedRequest(
+                    conversation_id=conversation_id, turn_id=last, timeout_ms=WAIT_TIMEOUT_MS
+                ),
+                bearer,
+                timeout_s=WAIT_TIMEOUT_MS / 1000 + 10,
+            )
+            value.indexed, value.backlog = waited.indexed, waited.status.backlog
+            text += (
+                " They are searchable now."
+                if waited.indexed
+                else f" Not searchable yet ({waited.status.backlog} turn(s) to index"
+                + (f"; last error: {waited.status.last_error}" if waited.status.last_error else "")
+                + ")."
+            )
+        return _result(text, value)
+
+    @server.tool(
+        title="Search memory",
+        description=(
+            "Find stored conversation passages relevant to a query (by meaning and keywords). "
+            "Each hit is a passage of consecutive turns with its conversation, turn range "
+            "and time. Narrow with conversation_ids, speakers and a time range."
+        ),
+        annotations=ToolAnnotations(
+            read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        ),
+    )
+    async def search_memory(
+        query: Annotated[str, Field(description="What to look for, in natural language.")],
+        ctx: Context,
+        conversation_ids: Annotated[
+            list[str] | None, Field(description="Only these conversations.")
+        ] = None,
+        top_k: Annotated[int | None, Field(description="Hits to return (default 6).")] = None,
+        mode: Annotated[
+            Literal["hybrid", "dense", "keyword"] | None,
+            Field(description="hybrid (default), dense (meaning) or keyword (BM25)."),
+        ] = None,
+        speakers: Annotated[
+            list[str] | None,
+            Field(description='Only passages where any of these roles speaks ("user", ...).'),
+        ] = None,
+        time_from: Annotated[
+            str | None, Field(description="Only passages at or after this RFC 3339 time.")
+        ] = None,
+        time_to: Annotated[
+            str | None, Field(description="Only passages at or before this RFC 3339 time.")
+        ] = None,
+    ) -> Annotated[CallToolResult, SearchResult]:
+        request = pb.EmbedDbRequest(
+            query_text=query,
+            top_k=top_k or 0,
+            mode=MODES[mode] if mode else pb.SEARCH_MODE_UNSPECIFIED,
+            filters=pb.SearchFilters(
+                conversation_ids=conversation_ids or [],
+                speakers=speakers or [],
+                timestamp_range=pb.TimestampRange(start=time_from or "", end=time_to or ""),
+            ),
+        )
+        renames = {
+            "query_text": "query",
+            "filters.conversation_ids": "conversation_ids",
+            "filters.speakers": "speakers",
+            "filters.timestamp_range.start": "time_from",
+            "filters.timestamp_range.end": "time_to",
+            "filters.timestamp_range": "time_from",
+        }
+        reply = await _off_loop(
+            gateway.call, lambda s: s.EmbedDb, request, token(ctx), renames=renames
+        )
+        hits = [
+            Hit(
+                chunk_id=h.chunk_id,
+                score=round(h.score, 4),
+                text=h.text,
+                conversation_id=h.metadata.conversation_id,
+                turn_start=h.metadata.turn_range.start,
+                turn_end=h.metadata.turn_range.end,
+                time_start=h.metadata.timestamp_range.start,
+                time_end=h.metadata.timestamp_range.end,
+                speakers=list(h.metadata.speakers),
+                participants=list(h.metadata.participants),
+            )
+            for h in reply.hits
+        ]
+        value = SearchResult(query=query, mode=MODE_NAMES.get(reply.mode, "hybrid"), hits=hits)
+        if not hits:
+            return _result("No stored passage matches.", value)
+        lines = [f"{len(hits)} passage(s), best first:"]
+        for n, h in enumerate(hits, 1):
+            lines.append(
+                f"\n[{n}] {h.conversation_id} turns {h.turn_start}-{h.turn_end}, "
+                f"{h.time_start}, score {h.score:.3f}\n{h.text}"
+            )
+        return _result("\n".join(lines), value)
+
+    @server.tool(
+        title="Delete turns from memory",
+        description=(
+            "Forget turns of a conversation: they are never returned by search again. "
+            "Give turn_start (and turn_end for a range, inclusive); with neither, the whole "
+            "conversation is deleted."
+        ),
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+        ),
+    )
+    async def delete_turns(
+        conversation_id: Annotated[str, Field(description="The conversation.")],
+        ctx: Context,
+        turn_start: Annotated[
+            int | None, Field(description="First turn to delete (alone: just that turn).")
+        ] = None,
+        turn_end: Annotated[
+            int | None, Field(description="Last turn to delete, inclusive.")
+        ] = None,
+    ) -> Annotated[CallToolResult, DeleteResult]:
+        if turn_end is not None and turn_start is None:
+            raise ToolError("INVALID_ARGUMENT: turn_start: required when turn_end is given")
+        request = pb.LogicalDeleteBySourceRequest(conversation_id=conversation_id)
+        if turn_start is not None:
+            end = turn_start if turn_end is None else turn_end
+            request.turn_range.CopyFrom(pb.TurnRange(start=turn_start, end=end))
+        renames = {"turn_range.start": "turn_start", "turn_range.end": "turn_end"}
+        reply = await _off_loop(
+            gateway.call, lambda s: s.LogicalDeleteBySource, request, token(ctx), renames=renames
+        )
+        value = DeleteResult(
+            conversation_id=conversation_id,
+            turns_deleted=reply.events_deleted,
+            chunks_deleted=reply.deleted,
+        )
+        which = (
+            "the whole conversation"
+            if turn_start is None
+            else f"turns {request.turn_range.start}-{request.turn_range.end}"
+        )
+        text = (
+            f"Deleted {which} of {conversation_id}: {reply.events_deleted} turn(s) newly "
+            f"deleted; search no longer returns them."
+        )
+        return _result(text, value)
+
+    @server.tool(
+        title="Memory indexing status",
+        description=(
+            "How far stored turns are searchable: per conversation the last stored and last "
+            "indexed turn, the backlog and the state (idle | pending | indexing | failed)."
+        ),
+        annotations=ToolAnnotations(
+            read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        ),
+    )
+    async def memory_status(
+        ctx: Context,
+        conversation_ids: Annotated[
+            list[str] | None, Field(description="These conversations (default: all).")
+        ] = None,
+    ) -> Annotated[CallToolResult, StatusResult]:
+        request = pb.GetIndexStatusRequest(conversation_ids=conversation_ids or [])
+        reply = await _off_loop(gateway.call, lambda s: s.GetIndexStatus, request, token(ctx))
+        conversations = [
+            ConversationStatus(
+                conversation_id=c.conversation_id,
+                state=c.state,
+                last_appended_turn=c.last_appended_turn,
+                last_indexed_turn=c.last_indexed_turn,
+                backlog=c.backlog,
+                last_error=c.last_error,
+            )
+            for c in reply.conversations
+        ]
+        value = StatusResult(
+            conversations=conversations, total_backlog=reply.total_backlog, paused=reply.paused
+        )
+        lines = [
+            f"{len(conversations)} conversation(s), {reply.total_backlog} turn(s) to index"
+            + (", indexing paused." if reply.paused else ".")
+        ]
+        lines += [
+            f"- {c.conversation_id}: {c.state}, turns stored to {c.last_appended_turn}, "
+            f"searchable to {c.last_indexed_turn}"
+            + (f", error: {c.last_error}" if c.last_error else "")
+            for c in conversations
+        ]
+        return _result("\n".join(lines), value)
+
+    return server

@@ -1,0 +1,219 @@
+"""MCP (issue 26): the SDK's own client against `memsvc mcp` in a child process, over stdio
+and over streamable HTTP, in front of a real memsvc with tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_types import CallToolResult, TextContent
+
+from memsvc.app import Services
+from memsvc.domain.access import Role
+from memsvc.transports.grpc.auth import TokenTable
+from memsvc.transports.grpc.server import start_server
+from tests.integration.test_security import TOKENS, write_tokens
+from tests.support.launch import free_port
+
+TOOLS = {"add_turns", "search_memory", "delete_turns", "memory_status"}
+TURNS = [
+    {
+        "turn_id": 0,
+        "speaker": "user",
+        "text": "My sister Ana moved to Lisbon last spring and teaches surfing there.",
+        "timestamp": "2026-03-02T09:00:00+01:00",
+        "speaker_name": "Rui",
+    },
+    {
+        "turn_id": 1,
+        "speaker": "assistant",
+        "text": "That sounds lovely. Does she enjoy the Atlantic waves?",
+        "timestamp": "2026-03-02T09:00:30+01:00",
+    },
+]
+
+
+@pytest.fixture()
+def target(services: Services, tmp_path: Path) -> Iterator[str]:
+    """A memsvc with reader, writer and admin tokens, in process on port 0."""
+    running = start_server("127.0.0.1:0", tokens=TokenTable(write_tokens(tmp_path / "t", TOKENS)))
+    running.mark_ready(services)
+    yield f"127.0.0.1:{running.port}"
+    running.stop(0)
+
+
+def mcp_env() -> dict[str, str]:
+    return {"PYTHONPATH": os.getcwd(), "MEMSVC_TOKEN": ""}
+
+
+def readme_host_config() -> dict[str, Any]:
+    """The `mcpServers` entry the README shows a desktop agent."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    blocks = re.findall(r"```json\n(.*?)```", readme, re.S)
+    config = next(json.loads(b) for b in blocks if "mcpServers" in b)
+    entry: dict[str, Any] = config["mcpServers"]["memory"]
+    return entry
+
+
+def stdio(target: str, token: str) -> Client:
+    """Started as the README's host configuration says (the console script run as
+    `python -m memsvc`, the target and token filled in)."""
+    entry = readme_host_config()
+    assert entry["command"] == "memsvc" and set(entry["env"]) == {"MEMSVC_TOKEN"}
+    args = [target if a == "127.0.0.1:50051" else a for a in entry["args"]]
+    return Client(
+        StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "memsvc", *args],
+            env={**mcp_env(), "MEMSVC_TOKEN": token},
+        )
+    )
+
+
+@pytest.fixture()
+def http_gateway(target: str) -> Iterator[str]:
+    """`memsvc mcp --listen` in a child process; yields its /mcp URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memsvc", "mcp", "--target", target],
+        env={**os.environ, **mcp_env(), "MEMSVC_MCP_LISTEN": f"127.0.0.1:{port}"},
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx2.get(url, timeout=2)
+            break
+        except httpx2.TransportError:
+            assert proc.poll() is None, "memsvc mcp exited"
+            assert time.monotonic() < deadline, "memsvc mcp never listened"
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    assert proc.wait(timeout=30) is not None
+
+
+def http(url: str, token: str) -> Client:
+    headers = {"Authorization": f"Bearer {token}"}
+    return Client(streamable_http_client(url, http_client=create_mcp_http_client(headers=headers)))
+
+
+def text_of(result: CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+async def flow(writer: Client, reader: Client, conversation: str) -> None:
+    """list tools → add (wait) → search finds → delete → search does not; a reader cannot
+    add; a bad call is a tool error naming the field."""
+    async with writer, reader:
+        listed = (await writer.list_tools()).tools
+        assert {t.name for t in listed} == TOOLS
+        by_name = {t.name: t for t in listed}
+        assert by_name["search_memory"].annotations is not None
+        assert by_name["search_memory"].annotations.read_only_hint is True
+        assert by_name["delete_turns"].annotations is not None
+        assert by_name["delete_turns"].annotations.destructive_hint is True
+        add_schema = by_name["add_turns"].input_schema
+        assert set(add_schema["required"]) == {"conversation_id", "turns"}
+        assert by_name["search_memory"].output_schema is not None
+
+        added = await writer.call_tool(
+            "add_turns", {"conversation_id": conversation, "turns": TURNS, "wait": True}
+        )
+        assert not added.is_error, text_of(added)
+        assert added.structured_content == {
+            "accepted": 2,
+            "duplicates": 0,
+            "indexed": True,
+            "backlog": 0,
+        }
+        assert "searchable now" in text_of(added)
+
+        query = {"query": "where does Ana teach surfing", "conversation_ids": [conversation]}
+        found = await reader.call_tool("search_memory", query)
+        assert not found.is_error, text_of(found)
+        assert found.structured_content is not None
+        hits: list[dict[str, Any]] = found.structured_content["hits"]
+        assert hits and "Lisbon" in hits[0]["text"]
+        assert hits[0]["conversation_id"] == conversation
+        assert (hits[0]["turn_start"], hits[0]["turn_end"]) == (0, 1)
+        assert "Lisbon" in text_of(found) and f"{conversation} turns 0-1" in text_of(found)
+
+        status = await reader.call_tool("memory_status", {"conversation_ids": [conversation]})
+        assert status.structured_content is not None
+        assert status.structured_content["conversations"][0]["last_indexed_turn"] == 1
+
+        refused = await reader.call_tool(
+            "add_turns", {"conversation_id": conversation, "turns": TURNS}
+        )
+        assert refused.is_error and "PERMISSION_DENIED (ROLE_TOO_LOW)" in text_of(refused)
+
+        bad_turn = dict(TURNS[1], turn_id=2, timestamp="yesterday")
+        bad = await writer.call_tool(
+            "add_turns", {"conversation_id": conversation, "turns": [bad_turn]}
+        )
+        assert bad.is_error and "turns[0].timestamp" in text_of(bad), text_of(bad)
+        bad = await reader.call_tool("search_memory", dict(query, time_from="soon"))
+        assert bad.is_error and "INVALID_ARGUMENT: time_from" in text_of(bad), text_of(bad)
+
+        deleted = await writer.call_tool("delete_turns", {"conversation_id": conversation})
+        assert not deleted.is_error, text_of(deleted)
+        assert deleted.structured_content is not None
+        assert deleted.structured_content["turns_deleted"] == 2
+        after = await reader.call_tool("search_memory", query)
+        assert after.structured_content == {"query": query["query"], "mode": "hybrid", "hits": []}
+
+
+def test_mcp_over_stdio(target: str) -> None:
+    asyncio.run(
+        flow(stdio(target, TOKENS[Role.WRITER]), stdio(target, TOKENS[Role.READER]), "mcp-io")
+    )
+
+
+def test_mcp_over_streamable_http(target: str, http_gateway: str) -> None:
+    asyncio.run(
+        flow(
+            http(http_gateway, TOKENS[Role.WRITER]),
+            http(http_gateway, TOKENS[Role.READER]),
+            "mcp-http",
+        )
+    )
+
+
+def test_mcp_http_needs_a_token_memsvc_accepts(target: str, http_gateway: str) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    for auth in ({}, {"Authorization": "Bearer not-a-token-0123456789"}, {"Authorization": "x"}):
+        reply = httpx2.post(http_gateway, json=body, headers={**headers, **auth}, timeout=30)
+        assert reply.status_code == 401
+        assert reply.headers["www-authenticate"].startswith("Bearer")
+        assert reply.json()["code"] == "unauthenticated"
+
+
+def test_mcp_stdio_tool_errors_when_memsvc_is_down(tmp_path: Path) -> None:
+    """A memsvc that is not there is a tool error with retry advice, not a dead session."""
+
+    async def calls() -> tuple[CallToolResult, CallToolResult]:
+        async with stdio(f"127.0.0.1:{free_port()}", "any") as client:
+            first = await client.call_tool("memory_status", {})
+            second = await client.call_tool("search_memory", {"query": "anything"})
+            return first, second
+
+    for result in asyncio.run(calls()):
+        assert result.is_error
+        assert "UNAVAILABLE (MEMSVC_UNREACHABLE): cannot reach memsvc at" in text_of(result)
+        assert "retry the same call" in text_of(result)
