@@ -1,5 +1,6 @@
 // Test helper shared by the Node and TypeScript client tests: memsvc in a child process on
-// a free loopback port, with the bundled offline model and a throwaway data dir.
+// free loopback ports (gRPC, and HTTP for the Connect protocol), with the bundled offline
+// model and a throwaway data dir.
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
@@ -21,15 +22,19 @@ function freePort() {
 }
 
 /**
- * Start memsvc; `ready(target)` must resolve once it answers (retried until it does).
- * @returns {Promise<{target: string, stop: () => void}>}
+ * Start memsvc; `ready(target, http)` must resolve once it answers (retried until it does).
+ * @returns {Promise<{target: string, http: string, stop: () => void}>}
  */
 export async function startMemsvc(ready) {
   const port = await freePort();
+  const httpPort = await freePort();
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "memsvc-client-"));
   const child = spawn(
     PYTHON,
-    ["-m", "memsvc", "serve", "--listen", `127.0.0.1:${port}`, "--data-dir", dataDir, "--log-level", "WARNING"],
+    [
+      "-m", "memsvc", "serve", "--listen", `127.0.0.1:${port}`, "--http-listen",
+      `127.0.0.1:${httpPort}`, "--data-dir", dataDir, "--log-level", "WARNING",
+    ],
     {
       cwd: ROOT,
       env: {
@@ -42,6 +47,7 @@ export async function startMemsvc(ready) {
     },
   );
   const target = `127.0.0.1:${port}`;
+  const http = `http://127.0.0.1:${httpPort}`;
   const stop = () => {
     child.kill("SIGTERM");
     rmSync(dataDir, { recursive: true, force: true });
@@ -49,8 +55,8 @@ export async function startMemsvc(ready) {
   const deadline = Date.now() + 180_000;
   for (;;) {
     try {
-      await ready(target);
-      return { target, stop };
+      await ready(target, http);
+      return { target, http, stop };
     } catch (err) {
       if (Date.now() > deadline || child.exitCode !== null) {
         stop();

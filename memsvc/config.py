@@ -132,6 +132,11 @@ class Settings(BaseSettings):
     metrics_listen: str = Field(
         "127.0.0.1:9464", description="Prometheus /metrics HOST:PORT; empty = off"
     )
+    http_listen: str = Field(
+        "",
+        description="HOST:PORT: also serve every MemoryService RPC over HTTP (Connect"
+        " protocol, JSON or binary); empty = off",
+    )
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
 

@@ -39,8 +39,9 @@ _EMBED_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 
 RPC_DURATION = Histogram(
     "memsvc_rpc_duration_seconds",
-    "Time to answer an RPC, by method and status code (failed calls included).",
-    ["method", "code"],
+    "Time to answer an RPC, by method, status code (failed calls included) and transport:"
+    " grpc | http.",
+    ["method", "code", "transport"],
     buckets=_RPC_BUCKETS,
     registry=REGISTRY,
 )

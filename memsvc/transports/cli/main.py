@@ -61,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
         help="listen beyond loopback without tokens (MEMSVC_ALLOW_INSECURE)",
     )
     serve.add_argument(
+        "--http-listen",
+        help="HOST:PORT: every RPC over HTTP/JSON too (Connect protocol; MEMSVC_HTTP_LISTEN)",
+    )
+    serve.add_argument(
         "--metrics-listen", help="Prometheus HOST:PORT, empty = off (MEMSVC_METRICS_LISTEN)"
     )
     serve.add_argument("--log-format", choices=["auto", "json", "console"])

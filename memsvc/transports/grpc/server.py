@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import uuid
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from memsvc.storage.sqlite.schema import SchemaTooNew
 from memsvc.transports.grpc.auth import AuthInterceptor, TokenFileError, TokenTable, is_loopback
 from memsvc.transports.grpc.servicer import MemoryServicer
 from memsvc.transports.grpc.status import rich_status
+from memsvc.transports.http.server import HttpServer, HttpTls, bind
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 
@@ -69,6 +71,8 @@ class RunningServer:
     servicer: MemoryServicer
     health: health.HealthServicer
     serving: bool = False  # the overall health status, for /readyz
+    # A private address of this server for the HTTP bridge (empty: none)
+    bridge_target: str = ""
 
     def mark_ready(self, services: Services) -> None:
         self.servicer.attach(services)
@@ -166,6 +170,7 @@ def start_server(
     tokens: TokenTable | None = None,
     credentials: grpc.ServerCredentials | None = None,
     reflection_on: bool | None = None,
+    bridge: bool = False,
 ) -> RunningServer:
     """Listen now (health NOT_SERVING, RPCs UNAVAILABLE) so probes work during model load.
     With `tokens`, MemoryService calls need a bearer token (health stays open) and
@@ -196,8 +201,15 @@ def start_server(
         port = server.add_insecure_port(listen)
     if port == 0:
         raise SystemExit(f"memsvc: cannot listen on {listen}: the address is in use or not ours")
+    bridge_target = ""
+    if bridge:
+        # An abstract Unix socket: no file, gone with the process; calls through it still
+        # need a token (the interceptors are the server's).
+        bridge_target = f"unix-abstract:memsvc-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        if server.add_insecure_port(bridge_target) == 0:
+            raise SystemExit(f"memsvc: cannot open the HTTP bridge at {bridge_target}")
     server.start()
-    return RunningServer(server, port, servicer, health_servicer)
+    return RunningServer(server, port, servicer, health_servicer, bridge_target=bridge_target)
 
 
 def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
@@ -211,12 +223,22 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
     )
 
 
+def http_tls(settings: Settings) -> HttpTls | None:
+    """The HTTP listener serves the same certificate (and client CA) as gRPC."""
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        return None
+    return HttpTls(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+
+
 def check_exposure(settings: Settings) -> None:
     """Refuse to serve beyond loopback with nobody authenticated, unless told to."""
-    if is_loopback(settings.listen) or settings.auth_tokens_file or settings.allow_insecure:
+    if settings.auth_tokens_file or settings.allow_insecure:
+        return
+    exposed = [a for a in (settings.listen, settings.http_listen) if a and not is_loopback(a)]
+    if not exposed:
         return
     raise SystemExit(
-        f"memsvc: refusing to listen on {settings.listen} without authentication: anyone who"
+        f"memsvc: refusing to listen on {exposed[0]} without authentication: anyone who"
         " can reach it could read and erase every conversation. Set MEMSVC_AUTH_TOKENS_FILE"
         " (--auth-tokens-file) to a file of 'ROLE TOKEN' lines (and TLS with"
         " MEMSVC_TLS_CERT_FILE / MEMSVC_TLS_KEY_FILE), listen on 127.0.0.1, or set"
@@ -257,6 +279,15 @@ def serve(settings: Settings) -> None:
                 f"memsvc: cannot serve metrics on {settings.metrics_listen}: {exc.strerror}"
                 " (MEMSVC_METRICS_LISTEN; empty turns metrics off)"
             ) from None
+    http_socket = None
+    if settings.http_listen:
+        try:
+            http_socket = bind(settings.http_listen)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(
+                f"memsvc: cannot serve HTTP on {settings.http_listen}:"
+                f" {getattr(exc, 'strerror', None) or exc} (MEMSVC_HTTP_LISTEN; empty turns it off)"
+            ) from None
     running = start_server(
         settings.listen,
         settings.grpc_workers,
@@ -265,7 +296,16 @@ def serve(settings: Settings) -> None:
         tokens=tokens,
         credentials=server_credentials(settings),
         reflection_on=settings.reflection,
+        bridge=http_socket is not None,
     )
+    http_server = None
+    if http_socket is not None:
+        http_server = HttpServer(http_socket, running.bridge_target, http_tls(settings)).start()
+        log.info(
+            "http_listening",
+            address=f"{settings.http_listen.rpartition(':')[0]}:{http_server.port}",
+            protocol="connect",
+        )
     host = settings.listen.rpartition(":")[0]
     log.info(
         "listening",
@@ -301,6 +341,8 @@ def serve(settings: Settings) -> None:
     while not stop.wait(0.2):
         pass
     log.info("shutting_down", grace_s=settings.shutdown_grace_s)
+    if http_server is not None:
+        http_server.stop(settings.shutdown_grace_s)
     running.stop(settings.shutdown_grace_s)
     services.close()
     datadir.unlock(settings.data_dir)

@@ -38,6 +38,14 @@ log = structlog.get_logger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def transport_of(context: grpc.ServicerContext) -> str:
+    """`http` for a call the HTTP bridge forwarded (a label only: it grants nothing)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-memsvc-transport" and value == "http":
+            return "http"
+    return "grpc"
+
+
 def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
     """Maps domain errors to status codes and logs method, code, duration and counts
     (never conversation text)."""
@@ -63,7 +71,9 @@ def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
             finally:
                 self.in_flight.leave()
                 elapsed = time.perf_counter() - start
-                metrics.RPC_DURATION.labels(fn.__name__, code.name).observe(elapsed)
+                metrics.RPC_DURATION.labels(fn.__name__, code.name, transport_of(context)).observe(
+                    elapsed
+                )
                 log.info(
                     "rpc",
                     method=fn.__name__,

@@ -1,0 +1,1 @@
+"""HTTP/JSON: every MemoryService RPC in the Connect protocol, bridged to gRPC."""

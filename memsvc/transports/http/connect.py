@@ -1,0 +1,153 @@
+"""Every MemoryService RPC over HTTP in the Connect protocol (unary; JSON or binary):
+`POST /memsvc.v1.MemoryService/EmbedDb` with `Content-Type: application/json` and the
+proto3 JSON mapping, so `curl` works and connect-es clients call it directly.
+
+A bridge, not a second server: each request is forwarded over a private in-process channel
+to the gRPC server of the same process, with the caller's `Authorization` header, so auth,
+validation, limits, admission control and metrics are the gRPC surface's own (the
+`transport` label says `http`). Connect's unary protocol is a few rules (codec by content
+type, `Connect-Timeout-Ms`, an error JSON with google.rpc details) that these ~150 lines
+follow; the `connectrpc` runtime on PyPI would need its own protobuf runtime and a code
+generator for messages we already have as google.protobuf classes."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+from grpc_status import rpc_status
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from memsvc.v1 import memory_pb2 as pb
+
+SERVICE = "memsvc.v1.MemoryService"
+TRANSPORT_KEY = "x-memsvc-transport"
+MAX_BODY = 64 * 1024 * 1024  # as the gRPC server's receive limit
+DEFAULT_TIMEOUT_S = 600.0
+
+# Connect's codes and their HTTP statuses (connectrpc.com/docs/protocol#error-codes).
+HTTP_STATUS = {
+    grpc.StatusCode.CANCELLED: 499,
+    grpc.StatusCode.UNKNOWN: 500,
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+    grpc.StatusCode.INTERNAL: 500,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DATA_LOSS: 500,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+}
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    request: type[Message]
+    call: Callable[..., Any]
+
+
+def _methods(channel: grpc.Channel) -> dict[str, Method]:
+    methods = {}
+    for m in pb.DESCRIPTOR.services_by_name["MemoryService"].methods:
+        request: type[Message] = getattr(pb, m.input_type.name)
+        response: type[Message] = getattr(pb, m.output_type.name)
+        call = channel.unary_unary(
+            f"/{SERVICE}/{m.name}",
+            request_serializer=request.SerializeToString,
+            response_deserializer=response.FromString,
+        )
+        methods[m.name] = Method(m.name, request, call)
+    return methods
+
+
+def _error(code: grpc.StatusCode, message: str, details: Sequence[dict[str, str]] = ()) -> Response:
+    body: dict[str, Any] = {"code": code.name.lower(), "message": message}
+    if details:
+        body["details"] = list(details)
+    return Response(json.dumps(body), status_code=HTTP_STATUS[code], media_type="application/json")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode().rstrip("=")  # Connect: unpadded base64
+
+
+def _rpc_error(exc: grpc.RpcError) -> Response:
+    code, message = exc.code(), exc.details() or ""
+    status = rpc_status.from_call(exc)  # type: ignore[arg-type]
+    details = [
+        {"type": d.type_url.rpartition("/")[2], "value": _b64(d.value)}
+        for d in (status.details if status is not None else ())
+    ]
+    response = _error(code, message, details)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED):
+        for item in exc.trailing_metadata() or ():
+            if item.key == "grpc-retry-pushback-ms":
+                response.headers["retry-after"] = str(max(1, round(int(item.value) / 1000)))
+    return response
+
+
+def _timeout(request: Request) -> float:
+    raw = request.headers.get("connect-timeout-ms", "")
+    if raw.isdigit() and 0 < len(raw) <= 10:
+        return int(raw) / 1000
+    return DEFAULT_TIMEOUT_S
+
+
+def connect_app(channel: grpc.Channel) -> Starlette:
+    """The Connect endpoints, forwarding to the gRPC server behind `channel`."""
+    methods = _methods(channel)
+
+    async def handle(request: Request) -> Response:
+        method = methods.get(request.path_params["method"])
+        if method is None:
+            return _error(grpc.StatusCode.UNIMPLEMENTED, f"no method {request.url.path}")
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind not in ("application/json", "application/proto"):
+            return Response(
+                status_code=415, headers={"accept-post": "application/json, application/proto"}
+            )
+        if request.headers.get("content-encoding", "identity") != "identity":
+            return _error(grpc.StatusCode.UNIMPLEMENTED, "content-encoding: identity only")
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            return _error(grpc.StatusCode.RESOURCE_EXHAUSTED, "request: over 64 MiB")
+        message = method.request()
+        try:
+            if kind == "application/json":
+                json_format.Parse(body or b"{}", message)
+            else:
+                message.ParseFromString(body)
+        except (json_format.ParseError, DecodeError, UnicodeDecodeError) as exc:
+            return _error(grpc.StatusCode.INVALID_ARGUMENT, f"request: {exc}")
+        metadata = [(TRANSPORT_KEY, "http")]
+        if "authorization" in request.headers:
+            metadata.append(("authorization", request.headers["authorization"]))
+        timeout = _timeout(request)
+        try:
+            reply = await anyio.to_thread.run_sync(
+                lambda: method.call(message, metadata=metadata, timeout=timeout)
+            )
+        except grpc.RpcError as exc:
+            return _rpc_error(exc)
+        if kind == "application/json":
+            return Response(json_format.MessageToJson(reply), media_type="application/json")
+        return Response(reply.SerializeToString(), media_type="application/proto")
+
+    return Starlette(routes=[Route(f"/{SERVICE}/{{method}}", handle, methods=["POST"])])

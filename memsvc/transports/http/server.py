@@ -1,0 +1,77 @@
+"""The HTTP listener (MEMSVC_HTTP_LISTEN): uvicorn in a thread of `memsvc serve`, serving
+the Connect bridge. Its socket is bound before the model loads, so a port in use is a
+one-line start-up error like the gRPC and metrics ports."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import uvicorn
+
+from memsvc.transports.http.connect import connect_app
+
+
+@dataclass(frozen=True)
+class HttpTls:
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+
+
+def bind(listen: str) -> socket.socket:
+    """The listening socket for HOST:PORT (OSError when it cannot be had)."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, int(port)))
+        sock.listen(128)
+    except (OSError, ValueError):
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+class HttpServer:
+    def __init__(self, sock: socket.socket, bridge_target: str, tls: HttpTls | None) -> None:
+        self.port: int = sock.getsockname()[1]
+        self._sock = sock
+        self._channel = grpc.insecure_channel(
+            bridge_target,
+            options=[
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ],
+        )
+        config = uvicorn.Config(
+            connect_app(self._channel),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            ssl_certfile=str(tls.cert_file) if tls else None,
+            ssl_keyfile=str(tls.key_file) if tls else None,
+            ssl_ca_certs=str(tls.client_ca_file) if tls and tls.client_ca_file else None,
+            ssl_cert_reqs=ssl.CERT_REQUIRED if tls and tls.client_ca_file else ssl.CERT_NONE,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="http", daemon=True
+        )
+
+    def start(self) -> HttpServer:
+        self._thread.start()
+        return self
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(grace_s + 5)
+        self._channel.close()
+        self._sock.close()
