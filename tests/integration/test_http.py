@@ -262,3 +262,33 @@ def test_http_listen_is_checked_before_anything_starts(tmp_path: Path, address: 
     assert proc.returncode != 0
     assert listen in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "data" / "events.db").exists()  # refused before the log opened
+
+
+def test_refused_from_headers_before_the_body_is_read(http: Http) -> None:
+    """As over gRPC: a call without a valid token is refused before its body is parsed
+    (an unparsable body from nobody is 401, not 400), two tokens are ambiguous, and a body
+    over 64 MiB is refused without reading it whole."""
+    unparsable = b"{not json" + b" " * 1_000_000
+    for token in (None, "wrong-token-0123456789"):
+        reply = http.post("EmbedDb", unparsable, token, **{"Content-Type": "application/json"})
+        assert reply.status_code == 401, reply.text
+        info = error_details_pb2.ErrorInfo.FromString(details_of(reply)["google.rpc.ErrorInfo"])
+        assert info.reason in ("TOKEN_MISSING", "TOKEN_UNKNOWN")
+    twice = httpx2.post(
+        f"{http.base}/memsvc.v1.MemoryService/EmbedChunk",
+        content=b'{"query": "x"}',
+        headers=[
+            ("Content-Type", "application/json"),
+            ("Authorization", f"Bearer {READER}"),
+            ("Authorization", f"Bearer {ADMIN}"),
+        ],
+        timeout=60,
+    )
+    assert twice.status_code == 401
+    assert "google.rpc.ErrorInfo" in details_of(twice)
+    info = error_details_pb2.ErrorInfo.FromString(details_of(twice)["google.rpc.ErrorInfo"])
+    assert info.reason == "TOKEN_AMBIGUOUS"
+    huge = http.post(
+        "EmbedBatch", b"x" * (64 * 1024 * 1024 + 1), READER, **{"Content-Type": "application/proto"}
+    )
+    assert huge.status_code == 429 and huge.json()["code"] == "resource_exhausted"

@@ -24,9 +24,17 @@ from memsvc.observability import metrics
 from memsvc.storage import datadir
 from memsvc.storage.postgres.database import DatabaseUnreachable
 from memsvc.storage.sqlite.schema import SchemaTooNew
-from memsvc.transports.grpc.auth import AuthInterceptor, TokenFileError, TokenTable, is_loopback
+from memsvc.transports.grpc.auth import (
+    AuthInterceptor,
+    Denial,
+    TokenFileError,
+    TokenTable,
+    authenticate,
+    is_loopback,
+)
 from memsvc.transports.grpc.servicer import MemoryServicer
 from memsvc.transports.grpc.status import rich_status
+from memsvc.transports.http.connect import Gate, Refusal
 from memsvc.transports.http.server import HttpServer, HttpTls, bind
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
@@ -223,6 +231,18 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
     )
 
 
+def http_gate(tokens: TokenTable) -> Gate:
+    """The gRPC check, on an HTTP call's headers, before its body is read."""
+
+    def gate(method: str, authorization: list[str]) -> Refusal | None:
+        verdict = authenticate(tokens, method, [("authorization", v) for v in authorization])
+        if isinstance(verdict, Denial):
+            return verdict.code, verdict.message, verdict.reason
+        return None
+
+    return gate
+
+
 def http_tls(settings: Settings) -> HttpTls | None:
     """The HTTP listener serves the same certificate (and client CA) as gRPC."""
     if settings.tls_cert_file is None or settings.tls_key_file is None:
@@ -300,7 +320,10 @@ def serve(settings: Settings) -> None:
     )
     http_server = None
     if http_socket is not None:
-        http_server = HttpServer(http_socket, running.bridge_target, http_tls(settings)).start()
+        gate = None if tokens is None else http_gate(tokens)
+        http_server = HttpServer(
+            http_socket, running.bridge_target, http_tls(settings), gate
+        ).start()
         log.info(
             "http_listening",
             address=f"{settings.http_listen.rpartition(':')[0]}:{http_server.port}",

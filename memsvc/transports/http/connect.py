@@ -22,6 +22,7 @@ import anyio.to_thread
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
+from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -54,6 +55,12 @@ HTTP_STATUS = {
     grpc.StatusCode.DATA_LOSS: 500,
     grpc.StatusCode.UNAUTHENTICATED: 401,
 }
+
+
+# (code, message, ErrorInfo reason) of a call refused from its headers alone
+Refusal = tuple[grpc.StatusCode, str, str]
+# (method, Authorization values) -> a refusal, or None to go on
+Gate = Callable[[str, list[str]], Refusal | None]
 
 
 @dataclass(frozen=True)
@@ -110,8 +117,34 @@ def _timeout(request: Request) -> float:
     return DEFAULT_TIMEOUT_S
 
 
-def connect_app(channel: grpc.Channel) -> Starlette:
-    """The Connect endpoints, forwarding to the gRPC server behind `channel`."""
+def _denied(denial: Refusal) -> Response:
+    code, message, reason = denial
+    info = error_details_pb2.ErrorInfo(reason=reason, domain="memsvc.v1")
+    return _error(
+        code,
+        message,
+        [{"type": "google.rpc.ErrorInfo", "value": _b64(info.SerializeToString())}],
+    )
+
+
+async def _read_body(request: Request) -> bytes | None:
+    """The body, or None past MAX_BODY (read no further than that)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def connect_app(channel: grpc.Channel, gate: Gate | None = None) -> Starlette:
+    """The Connect endpoints, forwarding to the gRPC server behind `channel`. `gate`, when
+    authentication is on, refuses a call from its headers before its body is read (as the
+    gRPC server refuses one before decoding it)."""
     methods = _methods(channel)
 
     async def handle(request: Request) -> Response:
@@ -125,8 +158,13 @@ def connect_app(channel: grpc.Channel) -> Starlette:
             )
         if request.headers.get("content-encoding", "identity") != "identity":
             return _error(grpc.StatusCode.UNIMPLEMENTED, "content-encoding: identity only")
-        body = await request.body()
-        if len(body) > MAX_BODY:
+        authorization = request.headers.getlist("authorization")
+        if gate is not None:
+            denial = gate(method.name, authorization)
+            if denial is not None:
+                return _denied(denial)
+        body = await _read_body(request)
+        if body is None:
             return _error(grpc.StatusCode.RESOURCE_EXHAUSTED, "request: over 64 MiB")
         message = method.request()
         try:
@@ -136,9 +174,8 @@ def connect_app(channel: grpc.Channel) -> Starlette:
                 message.ParseFromString(body)
         except (json_format.ParseError, DecodeError, UnicodeDecodeError) as exc:
             return _error(grpc.StatusCode.INVALID_ARGUMENT, f"request: {exc}")
-        metadata = [(TRANSPORT_KEY, "http")]
-        if "authorization" in request.headers:
-            metadata.append(("authorization", request.headers["authorization"]))
+        # every value: two are refused as ambiguous, as over gRPC
+        metadata = [(TRANSPORT_KEY, "http")] + [("authorization", v) for v in authorization]
         timeout = _timeout(request)
         try:
             reply = await anyio.to_thread.run_sync(

@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import uvicorn
 
-from memsvc.transports.http.connect import connect_app
+from memsvc.transports.http.connect import Gate, connect_app
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,13 @@ def bind(listen: str) -> socket.socket:
 
 
 class HttpServer:
-    def __init__(self, sock: socket.socket, bridge_target: str, tls: HttpTls | None) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        bridge_target: str,
+        tls: HttpTls | None,
+        gate: Gate | None = None,
+    ) -> None:
         self.port: int = sock.getsockname()[1]
         self._sock = sock
         self._channel = grpc.insecure_channel(
@@ -52,7 +58,7 @@ class HttpServer:
             ],
         )
         config = uvicorn.Config(
-            connect_app(self._channel),
+            connect_app(self._channel, gate),
             log_level="warning",
             access_log=False,
             lifespan="off",
