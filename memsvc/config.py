@@ -159,3 +159,13 @@ class Settings(BaseSettings):
         if not sep or not host or not port.isdigit():
             raise ValueError(f"listen must be HOST:PORT, got {self.listen!r}")
         return self
+
+
+def package_version() -> str:
+    """The installed package's version (for --version and memsvc_build_info)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memsvc")
+    except PackageNotFoundError:
+        return "unknown (not installed)"

@@ -1,4 +1,4 @@
-"""deploy/fleet: the compose file and Envoy config agree with the server they deploy.
+"""deploy/: the compose file, Envoy config and alert rules agree with the server they deploy.
 
 The images cannot be pulled here, so the files are checked for what can go wrong silently:
 a setting name the server would refuse, a health check on a service name the server does not
@@ -8,6 +8,7 @@ report, a balancer pointing at a port or host that does not exist. `.ci/run` als
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ import yaml
 from memsvc.config import Settings
 from memsvc.transports.grpc.server import SERVICE_NAME
 
-FLEET = Path(__file__).resolve().parent.parent / "deploy" / "fleet"
+ROOT = Path(__file__).resolve().parent.parent
+FLEET = ROOT / "deploy" / "fleet"
 
 
 def load(name: str) -> dict[str, Any]:
@@ -61,3 +63,16 @@ def test_envoy_balances_grpc_over_the_replicas_by_their_health() -> None:
     (listener,) = envoy["static_resources"]["listeners"]
     published = compose["services"]["envoy"]["ports"][0]
     assert published.endswith(f":{listener['address']['socket_address']['port_value']}")
+
+
+def test_alert_rules_have_severities_and_name_real_metrics() -> None:
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus-alerts.yml").read_text())
+    alerts = [r for g in rules["groups"] for r in g["rules"]]
+    assert alerts and all(r["labels"]["severity"] in ("page", "ticket") for r in alerts)
+    source = (ROOT / "memsvc" / "observability" / "metrics.py").read_text()
+    for rule in alerts:
+        for name in re.findall(r"memsvc_\w+", rule["expr"]):
+            family = re.sub(r"_(bucket|total|count|sum)$", "", name)
+            assert f'"{family}"' in source, (rule["alert"], family)
+    lag = next(r for r in alerts if r["alert"] == "MemsvcIndexLag")
+    assert "memsvc_index_paused) == 0" in lag["expr"]  # no page while deliberately paused

@@ -102,6 +102,9 @@ class Conversation:
     # events carry seq <= progress_seq are findable already.
     progress_seq: int = 0
     last_indexed_turn: int = -1
+    # Set by the settle that made the conversation idle: seconds its oldest accepted turn
+    # waited to be searchable (not stored).
+    searchable_after_s: float | None = None
 
     @property
     def needs_reconcile(self) -> bool:

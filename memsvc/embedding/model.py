@@ -225,6 +225,16 @@ def load_embedder(settings: Settings) -> Embedder:
             configured=model,
             using=BUNDLED_MODEL_NAME,
             reason=str(exc).splitlines()[0][:300],
+            means=(
+                f"{BUNDLED_MODEL_NAME} is an English-only model: Chinese text is matched"
+                f" poorly, and its vectors are not comparable with {model}'s (a collection"
+                " built with one must be reindexed for the other)"
+            ),
+            fix=(
+                "put the model in a local directory and set MEMSVC_EMBED_MODEL to it (or let"
+                " the hub be reached once); MEMSVC_EMBED_FALLBACK=false makes this an error;"
+                ' memsvc_build_info{fallback="true"} shows it while it lasts'
+            ),
         )
     config = flag.model.config
     info = ModelInfo(

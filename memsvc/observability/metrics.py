@@ -19,7 +19,10 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     disable_created_metrics,
     generate_latest,
 )
@@ -45,6 +48,39 @@ RPC_DURATION = Histogram(
     buckets=_RPC_BUCKETS,
     registry=REGISTRY,
 )
+RPC_IN_FLIGHT = Gauge(
+    "memsvc_rpc_in_flight",
+    "RPC handlers running now (every transport).",
+    registry=REGISTRY,
+)
+# Seconds to minutes: a backfill of thousands of turns takes a while.
+_LAG_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+INDEX_LAG = Histogram(
+    "memsvc_index_lag_seconds",
+    "From an accepted append to searchable: the wait of a conversation's oldest waiting"
+    " turn, observed when the conversation becomes idle.",
+    buckets=_LAG_BUCKETS,
+    registry=REGISTRY,
+)
+BUILD_INFO = Gauge(
+    "memsvc_build_info",
+    "1, labelled with what serves: version, model, fallback (the bundled model instead of"
+    " the configured one), embed backend, dimension, event-log backend.",
+    ["version", "model", "fallback", "backend", "dim", "log"],
+    registry=REGISTRY,
+)
+# process_* (CPU, memory, open files) and python_info, as every Python exporter has them
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+
+
+def set_build_info(
+    version: str, model: str, fallback: bool, backend: str, dim: int, log: str
+) -> None:
+    BUILD_INFO.clear()
+    BUILD_INFO.labels(version, model, str(fallback).lower(), backend, str(dim), log).set(1)
+
+
 CHUNKS_WRITTEN = Counter(
     "memsvc_chunks_written",
     "Chunk writes to the vector store by outcome:"

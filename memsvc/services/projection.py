@@ -261,12 +261,14 @@ class Projector:
         if rewrite:
             plans.update({v: self.replan(conv, v) for v in sorted(versions)})
         with self.log.transaction() as tx:
-            tx.settle(
-                conv,
-                done_seq=0,
-                reconciled_seq=start_seq,
-                progress_seq=row.progress_seq,
-                last_indexed_turn=row.last_indexed_turn,
+            observe_lag(
+                tx.settle(
+                    conv,
+                    done_seq=0,
+                    reconciled_seq=start_seq,
+                    progress_seq=row.progress_seq,
+                    last_indexed_turn=row.last_indexed_turn,
+                )
             )
         hidden = len(hide) + left
         metrics.CHUNKS_WRITTEN.labels("deleted").inc(hidden)
@@ -500,13 +502,21 @@ def _settle(writer: LogWriter, row: Conversation) -> Conversation:
             done = max(done, row.active_planned_seq)
         else:
             progress_seq, last = row.active_planned_seq, first - 1
-    return writer.settle(
-        conv,
-        done_seq=done,
-        reconciled_seq=row.reconciled_seq,
-        progress_seq=progress_seq,
-        last_indexed_turn=last,
+    return observe_lag(
+        writer.settle(
+            conv,
+            done_seq=done,
+            reconciled_seq=row.reconciled_seq,
+            progress_seq=progress_seq,
+            last_indexed_turn=last,
+        )
     )
+
+
+def observe_lag(conv: Conversation) -> Conversation:
+    if conv.searchable_after_s is not None:
+        metrics.INDEX_LAG.observe(conv.searchable_after_s)
+    return conv
 
 
 def embed_passages_cached(

@@ -108,7 +108,7 @@ def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
             "turns deleted 1"
             in cli(target, "delete", "--conversation", "c1", "--turns", "4-4").stdout
         )
-        assert "turns erased 1" in cli(target, "purge", "--conversation", "c1").stdout
+        assert "turns erased 1" in cli(target, "purge", "--conversation", "c1", "--yes").stdout
         refused = cli(target, "purge")
         assert refused.returncode == 2  # argparse: one of the two is required
         assert cli(target, "reindex", "--all", "--chunk-version", "2").returncode == 0
@@ -161,6 +161,18 @@ def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
             for labels in samples:
                 assert all(v != "c1" for _, v in labels), name
         assert not [name for name in metrics if name.endswith("_created")]
+        # what serves, and the process behind it
+        [build] = metrics["memsvc_build_info"]
+        info = dict(build)
+        assert info["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+        assert info["dim"] == "384" and info["log"] == "sqlite"
+        assert info["fallback"] in ("true", "false") and info["backend"] in ("onnx", "torch")
+        assert info["version"] and metrics["memsvc_build_info"][build] == 1
+        assert metrics["process_resident_memory_bytes"][()] > 0
+        assert "python_info" in metrics
+        assert metrics["memsvc_rpc_in_flight"][()] == 0  # nothing runs between calls
+        # the first append --wait made c1 searchable: one time-to-searchable observed
+        assert metrics["memsvc_index_lag_seconds_count"][()] >= 1
         assert get(metrics_port, "/healthz") == (200, "ok\n")
         assert get(metrics_port, "/readyz") == (200, "ready\n")
         assert get(metrics_port, "/anything")[0] == 404

@@ -7,6 +7,7 @@ The worker's own steps on these rows (lease, complete, ...) are in memsvc.storag
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from memsvc.domain.records import Conversation
 from memsvc.storage.sql.connection import Row, Sql, chunked, marks
@@ -169,12 +170,13 @@ class WorkQueries:
         """Record how far the store reflects the log (never backwards), the backlog of turns
         still to be findable, and the state: idle once nothing is left to do."""
         row = self.sql.one(
-            "SELECT work_seq, done_seq, reconcile_seq, reconciled_seq, building_version, state"
+            "SELECT work_seq, done_seq, reconcile_seq, reconciled_seq, building_version, state,"
+            f" pending_since, {self.sql.dialect.now}"
             " FROM conversations WHERE conversation_id = ?" + self.sql.dialect.for_update,
             (conversation_id,),
         )
         assert row is not None
-        work, done, reconcile, reconciled, building, state = row
+        work, done, reconcile, reconciled, building, state, since, now = row
         done = max(int(done), done_seq)
         reconciled = max(int(reconciled), reconciled_seq)
         if done >= int(work):
@@ -213,6 +215,9 @@ class WorkQueries:
         )
         conv = self.conversation(conversation_id)
         assert conv is not None
+        if new_state == "idle" and state != "idle" and float(since or 0) > 0:
+            # the oldest accepted turn's wait until searchable (the index-lag SLO)
+            conv = replace(conv, searchable_after_s=max(0.0, float(now) - float(since)))
         return conv
 
     def _last_turn(self, conversation_id: str) -> int:

@@ -11,10 +11,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -51,8 +53,23 @@ def add_client_commands(sub: Any) -> None:
         help="PEM CA to trust: connect with TLS (env MEMSVC_CA_FILE)",
     )
 
-    p = sub.add_parser("append", parents=[common], help="send events from a JSON-lines file")
-    p.add_argument("file", help="one MemoryEvent per line, the proto's field names")
+    p = sub.add_parser(
+        "append",
+        parents=[common],
+        help="send events from a file: JSON lines or a JSON array of MemoryEvents, or an"
+        " OpenAI-style messages array with --messages",
+    )
+    p.add_argument(
+        "file",
+        help="JSON lines (one MemoryEvent per line, the proto's field names), a JSON array"
+        ' of them, or with --messages [{role, content}, ...] (or {"messages": [...]})',
+    )
+    p.add_argument(
+        "--messages",
+        metavar="CONVERSATION",
+        help="the file is an OpenAI-style messages array: append it as this conversation"
+        " (turn ids after its last turn, timestamps now unless a message has one)",
+    )
     p.add_argument("--wait", action="store_true", help="then wait until they are searchable")
     p.add_argument(
         "--wait-timeout",
@@ -76,16 +93,29 @@ def add_client_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_status)
 
+    p = sub.add_parser("list", parents=[common], help="conversations with their state, paged")
+    p.add_argument("--limit", type=int, default=50, help="rows per page (default 50)")
+    p.add_argument("--after", default="", help="the last conversation id of the previous page")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_list)
+
     p = sub.add_parser("delete", parents=[common], help="delete turns (logically)")
     p.add_argument("--conversation", required=True)
     p.add_argument("--turns", help="A-B (inclusive); default: the whole conversation")
+    p.add_argument("--yes", action="store_true", help="confirm deleting a whole conversation")
     p.set_defaults(run=cmd_delete)
 
     p = sub.add_parser("purge", parents=[common], help="erase deleted turns and chunks")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--conversation")
     who.add_argument("--all-conversations", action="store_true")
+    p.add_argument("--yes", action="store_true", help="confirm: erasure cannot be undone")
     p.set_defaults(run=cmd_purge)
+
+    p = sub.add_parser("retire", parents=[common], help="remove a conversation's chunk version")
+    p.add_argument("--conversation", required=True)
+    p.add_argument("--chunk-version", type=int, required=True)
+    p.set_defaults(run=cmd_retire)
 
     p = sub.add_parser("reindex", parents=[common], help="rebuild from the event log")
     which = p.add_mutually_exclusive_group(required=True)
@@ -196,24 +226,109 @@ class _Parsed:
     errors: list[str] = field(default_factory=list)
 
 
+MAX_SHOWN_ERRORS = 20
+
+
+class FileFormatError(ValueError):
+    """The file is not what `append` reads: one short message, not an error per line."""
+
+
+def _records(path: str) -> list[tuple[int, Any]]:
+    """(line or position, value) for each record of a JSON-lines file or a JSON array."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if text.lstrip().startswith("["):
+        try:
+            array = json.loads(text)
+        except ValueError as exc:
+            raise FileFormatError(
+                f"{path}: looks like a JSON array but is not JSON: {exc}"
+            ) from None
+        return list(enumerate(array, 1))
+    records: list[tuple[int, Any]] = []
+    bad = 0
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append((n, json.loads(line)))
+        except ValueError:
+            bad += 1
+            records.append((n, line))
+    if records and bad == len(records):
+        raise FileFormatError(
+            f"{path}: not JSON lines (no line is JSON); expected one MemoryEvent object per"
+            " line, a JSON array of them, or --messages for an OpenAI-style messages array"
+        )
+    return records
+
+
 def _read_events(path: str) -> _Parsed:
     parsed = _Parsed()
+    for n, value in _records(path):
+        try:
+            if not isinstance(value, dict):
+                raise ValueError(
+                    f"expected a JSON object (one MemoryEvent), got {type(value).__name__}"
+                )
+            event = json_format.ParseDict(value, pb.MemoryEvent())
+        except (ValueError, json_format.ParseError) as exc:
+            parsed.errors.append(f"line {n}: {str(exc)[:200]}")
+            continue
+        parsed.events.append(event)
+        parsed.lines[(event.conversation_id, event.turn_id)] = n
+    return parsed
+
+
+_ROLES = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant"}
+_ROLES |= {"system": "system", "developer": "system"}
+
+
+def _content_text(content: Any) -> str:
+    """OpenAI content: a string, or parts of which the text ones count."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
+        )
+    return ""
+
+
+def _read_messages(path: str, conversation_id: str, first_turn: int) -> _Parsed:
     with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-                if not isinstance(value, dict):
-                    raise ValueError(
-                        f"expected a JSON object (one MemoryEvent), got {type(value).__name__}"
-                    )
-                event = json_format.ParseDict(value, pb.MemoryEvent())
-            except (ValueError, json_format.ParseError) as exc:
-                parsed.errors.append(f"line {n}: {exc}")
-                continue
-            parsed.events.append(event)
-            parsed.lines[(event.conversation_id, event.turn_id)] = n
+        try:
+            value = json.load(f)
+        except ValueError as exc:
+            raise FileFormatError(f"{path}: --messages expects a JSON array: {exc}") from None
+    if isinstance(value, dict) and isinstance(value.get("messages"), list):
+        value = value["messages"]
+    if not isinstance(value, list):
+        raise FileFormatError(
+            f'{path}: --messages expects [{{role, content}}, ...] or {{"messages": [...]}}'
+        )
+    now = datetime.now(UTC).astimezone().isoformat(timespec="seconds")
+    parsed = _Parsed()
+    turn = first_turn
+    for n, message in enumerate(value, 1):
+        if isinstance(message, dict) and message.get("role") == "tool":
+            continue  # tool results are not conversation
+        if not isinstance(message, dict) or message.get("role") not in _ROLES:
+            parsed.errors.append(f"message {n}: expected {{role: user|assistant|system, content}}")
+            continue
+        if not _content_text(message.get("content")).strip():
+            continue  # an assistant message with tool calls only: nothing said
+        event = pb.MemoryEvent(
+            conversation_id=conversation_id,
+            turn_id=turn,
+            speaker=_ROLES[message["role"]],
+            text=_content_text(message["content"]),
+            timestamp=str(message.get("timestamp") or now),
+            speaker_name=str(message.get("name") or ""),
+        )
+        parsed.events.append(event)
+        parsed.lines[(conversation_id, turn)] = n
+        turn += 1
     return parsed
 
 
@@ -230,8 +345,19 @@ def _batches(events: list[pb.MemoryEvent]) -> list[list[pb.MemoryEvent]]:
     return out
 
 
+def _next_turn(stub: _Stub, conversation_id: str) -> int:
+    reply = stub.GetIndexStatus(
+        pb.GetIndexStatusRequest(conversation_ids=[conversation_id]), timeout=30
+    )
+    known = [c.last_appended_turn for c in reply.conversations]
+    return max(known, default=-1) + 1
+
+
 def cmd_append(stub: _Stub, args: argparse.Namespace) -> int:
-    parsed = _read_events(args.file)
+    if args.messages:
+        parsed = _read_messages(args.file, args.messages, _next_turn(stub, args.messages))
+    else:
+        parsed = _read_events(args.file)
     accepted = duplicates = 0
     problems = list(parsed.errors)
     refused: set[tuple[str, int]] = set()
@@ -261,8 +387,10 @@ def cmd_append(stub: _Stub, args: argparse.Namespace) -> int:
         markup=False,
         highlight=False,
     )
-    for problem in problems:
+    for problem in problems[:MAX_SHOWN_ERRORS]:
         err.print(problem, markup=False, highlight=False)
+    if len(problems) > MAX_SHOWN_ERRORS:
+        err.print(f"... and {len(problems) - MAX_SHOWN_ERRORS} more", markup=False)
     return 1 if problems else 0
 
 
@@ -355,17 +483,89 @@ def cmd_status(stub: _Stub, args: argparse.Namespace) -> int:
     return 1 if reply.failed else 0
 
 
+_INT64 = {
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED64,
+}
+
+
 def _as_dict(message: Any) -> dict[str, Any]:
     # int64 as JSON numbers, proto field names: what a script reading the output expects
+    # (the proto3 JSON mapping writes int64 as strings)
     raw: dict[str, Any] = json_format.MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
+    return _int64_as_numbers(message, raw)
+
+
+def _int64_as_numbers(message: Any, raw: dict[str, Any]) -> dict[str, Any]:
+    for f in message.DESCRIPTOR.fields:
+        if f.name not in raw:
+            continue
+        repeated = f.is_repeated
+        if f.type in _INT64:
+            raw[f.name] = [int(v) for v in raw[f.name]] if repeated else int(raw[f.name])
+        elif f.type == FieldDescriptor.TYPE_MESSAGE and not f.message_type.GetOptions().map_entry:
+            value = getattr(message, f.name)
+            if repeated:
+                for item, sub in zip(value, raw[f.name], strict=True):
+                    _int64_as_numbers(item, sub)
+            else:
+                _int64_as_numbers(value, raw[f.name])
     return raw
 
 
+def cmd_list(stub: _Stub, args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise ValueError("--limit: at least 1")
+    reply = stub.GetIndexStatus(pb.GetIndexStatusRequest(), timeout=60)
+    rows = sorted(
+        (s for s in reply.conversations if s.conversation_id > args.after),
+        key=lambda s: s.conversation_id,
+    )
+    page, more = rows[: args.limit], len(rows) > args.limit
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "conversations": [_as_dict(s) for s in page],
+                    "next_after": page[-1].conversation_id if more else "",
+                },
+                ensure_ascii=False,
+                indent=2,
+            )
+        )
+        return 0
+    table = Table("conversation", "state", "turns", "searchable to", "backlog")
+    for s in page:
+        table.add_row(
+            s.conversation_id,
+            s.state,
+            str(s.last_appended_turn + 1),
+            str(s.last_indexed_turn),
+            str(s.backlog),
+        )
+    out.print(table)
+    if more:
+        out.print(f"more: --after {page[-1].conversation_id}", markup=False, highlight=False)
+    return 0
+
+
 # -- admin ---------------------------------------------------------------------------------
+class NotConfirmed(ValueError):
+    pass
+
+
 def cmd_delete(stub: _Stub, args: argparse.Namespace) -> int:
     request = pb.LogicalDeleteBySourceRequest(conversation_id=args.conversation)
+    if not args.turns and not args.yes:
+        raise NotConfirmed(
+            f"this deletes every turn of {args.conversation!r}: add --yes to confirm"
+            " (or --turns A-B for some)"
+        )
     if args.turns:
         a, sep, b = args.turns.partition("-")
         if not (a.isdigit() and (not sep or b.isdigit())):
@@ -378,6 +578,11 @@ def cmd_delete(stub: _Stub, args: argparse.Namespace) -> int:
 
 
 def cmd_purge(stub: _Stub, args: argparse.Namespace) -> int:
+    if not args.yes:
+        which = "every conversation" if args.all_conversations else repr(args.conversation)
+        raise NotConfirmed(
+            f"this erases the deleted turns of {which} for good: add --yes to confirm"
+        )
     reply = stub.PurgeDeleted(
         pb.PurgeDeletedRequest(
             conversation_id=args.conversation or "", all_conversations=args.all_conversations
@@ -385,6 +590,17 @@ def cmd_purge(stub: _Stub, args: argparse.Namespace) -> int:
         timeout=600,
     )
     out.print(f"turns erased {reply.events_purged}, chunks removed {reply.chunks_purged}")
+    return 0
+
+
+def cmd_retire(stub: _Stub, args: argparse.Namespace) -> int:
+    reply = stub.RetireChunkVersion(
+        pb.RetireChunkVersionRequest(
+            conversation_id=args.conversation, chunk_version=args.chunk_version
+        ),
+        timeout=600,
+    )
+    out.print(f"chunks removed {reply.retired}", markup=False, highlight=False)
     return 0
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from memsvc.config import Settings
+from memsvc.config import Settings, package_version
 from memsvc.observability.logs import configure_logging
 from memsvc.transports.cli.client import add_client_commands, run_client
 
@@ -18,7 +18,14 @@ from memsvc.transports.cli.client import add_client_commands, run_client
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memsvc", description="conversation-memory sidecar")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("health", help="exit 0 if the local server is SERVING (for HEALTHCHECK)")
+    parser.add_argument("--version", action="version", version=f"memsvc {package_version()}")
+    health = sub.add_parser(
+        "health", help="exit 0 if the server is SERVING (the local one by default: HEALTHCHECK)"
+    )
+    health.add_argument(
+        "--target", help="HOST:PORT to check (default: the local server of MEMSVC_LISTEN)"
+    )
+    health.add_argument("--ca-file", help="PEM CA to trust: check over TLS")
     serve = sub.add_parser("serve", help="run the gRPC server")
     serve.add_argument("--listen", help="HOST:PORT (env MEMSVC_LISTEN, default 127.0.0.1:50051)")
     serve.add_argument("--data-dir", help="data directory (env MEMSVC_DATA_DIR, default ./data)")
@@ -95,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "health":
         from memsvc.transports.cli.probe import check_health
 
-        raise SystemExit(0 if check_health() else 1)
+        raise SystemExit(0 if check_health(target=args.target, ca_file=args.ca_file) else 1)
     if args.command == "migrate":
         from memsvc.app import migrate_log
 

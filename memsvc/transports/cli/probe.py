@@ -1,7 +1,8 @@
 """`memsvc health`: a grpc.health.v1 Check against the local server, for container
-HEALTHCHECKs. It reads the server's own MEMSVC_* settings: the port from MEMSVC_LISTEN, and
-with TLS on, trusts MEMSVC_HEALTH_CA_FILE (default: the server's certificate file) and
-presents MEMSVC_HEALTH_CLIENT_CERT_FILE / _KEY_FILE when client certificates are required.
+HEALTHCHECKs, or against `--target`. For the local one it reads the server's own MEMSVC_*
+settings: the port from MEMSVC_LISTEN, and with TLS on, trusts MEMSVC_HEALTH_CA_FILE
+(default: the server's certificate file) and presents MEMSVC_HEALTH_CLIENT_CERT_FILE /
+_KEY_FILE when client certificates are required.
 Health needs no token."""
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ def _read(var: str, default: str = "") -> bytes | None:
     return Path(path).read_bytes() if path else None
 
 
-def check_health(timeout_s: float = 4.0) -> bool:
+def check_health(
+    timeout_s: float = 4.0, target: str | None = None, ca_file: str | None = None
+) -> bool:
+    """SERVING or not; `target` (with `ca_file` for TLS) checks another server than the
+    local one."""
+    if target:
+        if ca_file:
+            creds = grpc.ssl_channel_credentials(root_certificates=Path(ca_file).read_bytes())
+            channel = grpc.secure_channel(target, creds)
+        else:
+            channel = grpc.insecure_channel(target)
+        return _check(channel, timeout_s)
     port = os.environ.get("MEMSVC_LISTEN", "127.0.0.1:50051").rpartition(":")[2]
     target = f"127.0.0.1:{port}"
     if os.environ.get("MEMSVC_TLS_CERT_FILE"):
@@ -32,6 +44,10 @@ def check_health(timeout_s: float = 4.0) -> bool:
         )
     else:
         channel = grpc.insecure_channel(target)
+    return _check(channel, timeout_s)
+
+
+def _check(channel: grpc.Channel, timeout_s: float) -> bool:
     with channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(

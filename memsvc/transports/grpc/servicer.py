@@ -57,6 +57,7 @@ def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
             code = grpc.StatusCode.OK
             counts: dict[str, Any] = {}
             self.in_flight.enter()
+            metrics.RPC_IN_FLIGHT.inc()
             try:
                 response = fn(self, request, context)
                 counts = summary(response)
@@ -70,6 +71,7 @@ def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
                 context.abort_with_status(status_of(code, message, exc))
             finally:
                 self.in_flight.leave()
+                metrics.RPC_IN_FLIGHT.dec()
                 elapsed = time.perf_counter() - start
                 metrics.RPC_DURATION.labels(fn.__name__, code.name, transport_of(context)).observe(
                     elapsed

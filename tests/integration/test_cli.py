@@ -1,0 +1,135 @@
+"""The command-line client's first hour (issue 27): --version, health --target, list
+(paged), JSON arrays and OpenAI-style messages, one short error for a wrong file, a
+confirmation before whole-conversation deletes and purges, retire."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tests.integration.test_operations import EXAMPLE, cli
+from tests.support.launch import free_port, start_child, wait_serving
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    proc = start_child(tmp_path_factory.mktemp("cli") / "data", port)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            wait_serving(channel, proc)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def memsvc(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memsvc", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_version_and_health_of_a_named_target(target: str) -> None:
+    version = memsvc("--version")
+    assert version.returncode == 0 and version.stdout.startswith("memsvc 0.")
+    assert memsvc("health", "--target", target).returncode == 0
+    assert memsvc("health", "--target", f"127.0.0.1:{free_port()}").returncode == 1
+
+
+def test_json_array_and_openai_messages(target: str, tmp_path: Path) -> None:
+    events = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    array = tmp_path / "events.json"
+    array.write_text(json.dumps([dict(e, conversation_id="arr") for e in events], indent=2))
+    done = cli(target, "append", str(array), "--wait")
+    assert done.returncode == 0, done.stderr
+    assert "accepted 10, duplicates 0, errors 0" in done.stdout
+
+    chat = tmp_path / "chat.json"
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "My bike is a red Brompton I bought in Porto."},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "t1"}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "{}"},
+        {"role": "assistant", "content": [{"type": "text", "text": "A lovely folding bike!"}]},
+    ]
+    chat.write_text(json.dumps({"messages": messages}))
+    first = cli(target, "append", str(chat), "--messages", "chat-1", "--wait")
+    assert first.returncode == 0, first.stderr
+    assert "accepted 3, duplicates 0, errors 0" in first.stdout  # system, user, assistant
+    more = tmp_path / "more.json"
+    more.write_text(json.dumps([{"role": "user", "content": "It has six gears."}]))
+    second = cli(target, "append", str(more), "--messages", "chat-1", "--wait")
+    assert "accepted 1," in second.stdout  # after the conversation's last turn
+    found = json.loads(
+        cli(target, "search", "which bike do I ride", "--conversation", "chat-1", "--json").stdout
+    )
+    assert any("Brompton" in h["text"] for h in found["hits"])
+    status = json.loads(cli(target, "status", "--conversation", "chat-1", "--json").stdout)
+    assert status["conversations"][0]["last_appended_turn"] == 3
+
+
+def test_a_wrong_file_is_one_short_error(target: str, tmp_path: Path) -> None:
+    prose = tmp_path / "notes.txt"
+    prose.write_text("Dear diary,\n" * 5000)
+    done = cli(target, "append", str(prose))
+    assert done.returncode == 2
+    assert "not JSON lines" in done.stderr and len(done.stderr) < 400
+    many = tmp_path / "many.jsonl"
+    many.write_text('{"conversation_id": "x"}\n' + "[1, 2]\n" * 500)
+    done = cli(target, "append", str(many))
+    assert done.returncode == 1 and "... and" in done.stderr and len(done.stderr) < 10_000
+
+
+def test_list_pages_through_conversations(target: str, tmp_path: Path) -> None:
+    events = tmp_path / "few.jsonl"
+    events.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "conversation_id": f"page-{n}",
+                    "turn_id": 0,
+                    "speaker": "user",
+                    "text": f"Note number {n}.",
+                    "timestamp": "2026-02-02T10:00:00+08:00",
+                }
+            )
+            + "\n"
+            for n in range(5)
+        )
+    )
+    assert cli(target, "append", str(events)).returncode == 0
+    seen: list[str] = []
+    after = "page-"
+    while True:
+        page = json.loads(cli(target, "list", "--limit", "2", "--after", after, "--json").stdout)
+        seen += [c["conversation_id"] for c in page["conversations"]]
+        if not page["next_after"]:
+            break
+        after = page["next_after"]
+    assert [s for s in seen if s.startswith("page-")] == [f"page-{n}" for n in range(5)]
+    table = cli(target, "list", "--limit", "1")
+    assert "more: --after" in table.stdout
+
+
+def test_whole_conversation_erasure_needs_yes_and_retire(target: str, tmp_path: Path) -> None:
+    events = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    file = tmp_path / "gone.jsonl"
+    file.write_text("".join(json.dumps(dict(e, conversation_id="gone")) + "\n" for e in events))
+    assert cli(target, "append", str(file), "--wait").returncode == 0
+    refused = cli(target, "delete", "--conversation", "gone")
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    still = json.loads(cli(target, "search", "dog", "--conversation", "gone", "--json").stdout)
+    assert still["hits"]  # nothing was deleted
+    assert cli(target, "purge", "--all-conversations").returncode == 2
+    deleted = cli(target, "delete", "--conversation", "gone", "--yes")
+    assert "turns deleted 10" in deleted.stdout
+    assert "turns erased 10" in cli(target, "purge", "--conversation", "gone", "--yes").stdout
+    retired = cli(target, "retire", "--conversation", "arr", "--chunk-version", "7")
+    assert retired.returncode == 0 and "chunks removed 0" in retired.stdout, retired.stderr
