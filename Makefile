@@ -6,12 +6,16 @@ PIP := $(PY) -m pip
 # Pinned CPU build of torch, installed before anything else: a loose torch requirement
 # would pull gigabytes of CUDA wheels.
 TORCH := torch==2.13.0
+# Where the CPU build comes from: empty = the configured index (here its CPU wheel); on a
+# machine whose pip points at PyPI, TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu.
+TORCH_INDEX_URL ?=
+TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
 .PHONY: run test test-fleet eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --disable-pip-version-check $(TORCH)
+	$(PIP) install -q --disable-pip-version-check $(TORCH_FROM) $(TORCH)
 	$(PIP) install -q --disable-pip-version-check -e .
 	touch $@
 
@@ -45,9 +49,11 @@ eval: $(VENV)/.dev
 	EVAL_FILE="$(abspath $(EVAL_FILE))" $(PY) -m pytest -q -s evals $(PYTEST_ARGS)
 
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check memsvc tests evals benchmarks
-	$(VENV)/bin/ruff format --check memsvc tests evals benchmarks
+	$(VENV)/bin/ruff check memsvc tests evals benchmarks clients/python
+	$(VENV)/bin/ruff format --check memsvc tests evals benchmarks clients/python
 	$(VENV)/bin/mypy memsvc
+	$(VENV)/bin/mypy --strict --exclude 'memsvc_client/v1/' --follow-imports=silent \
+		clients/python/memsvc_client
 	$(VENV)/bin/lint-imports
 
 # Regenerate memsvc/v1 from proto/ (generated code is checked in; tests/test_proto.py
@@ -55,6 +61,11 @@ lint: $(VENV)/.dev
 proto: $(VENV)/.dev
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --grpc_python_out=. --pyi_out=. \
 		proto/memsvc/v1/memory.proto
+	# the same stubs for clients/python (memsvc-client), importable without the server
+	for f in memory_pb2.py memory_pb2.pyi memory_pb2_grpc.py; do \
+		sed 's/^from memsvc\.v1 import/from memsvc_client.v1 import/' memsvc/v1/$$f \
+			> clients/python/memsvc_client/v1/$$f; \
+	done
 
 # Contract checks and clients in other languages (npm registry; lockfile committed).
 BUF := clients/node_modules/.bin/buf
@@ -69,8 +80,19 @@ proto-check: clients/node_modules/.installed
 	$(BUF) format --exit-code > /dev/null
 	$(BUF) breaking --against proto/released/memsvc-v1.binpb
 
-test-clients: $(VENV)/.dev clients/node_modules/.installed
+# The Python client in a venv of its own, without torch or the server's package.
+CLIENT_VENV := clients/python/.venv
+$(CLIENT_VENV)/.installed: clients/python/pyproject.toml
+	test -x $(CLIENT_VENV)/bin/python || $(PYTHON) -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check ./clients/python
+	touch $@
+
+test-clients: $(VENV)/.dev clients/node_modules/.installed $(CLIENT_VENV)/.installed
 	cd clients && npm test
+	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps \
+		--force-reinstall ./clients/python
+	cd clients/python && MEMSVC_PYTHON=$(abspath $(PY)) .venv/bin/python -m unittest discover \
+		-s tests -t . -v
 
 bench-ingest: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/locomo_ingest.py $(ARGS)

@@ -328,3 +328,7 @@ def test_generated_stubs_match_proto(tmp_path: Path) -> None:
     for name in ("memory_pb2.py", "memory_pb2_grpc.py", "memory_pb2.pyi"):
         fresh = (tmp_path / "memsvc/v1" / name).read_text()
         assert fresh == (root / "memsvc/v1" / name).read_text(), f"{name} is stale: run make proto"
+        # clients/python ships the same stubs under its own package name
+        client = fresh.replace("\nfrom memsvc.v1 import", "\nfrom memsvc_client.v1 import")
+        shipped = (root / "clients/python/memsvc_client/v1" / name).read_text()
+        assert client == shipped, f"clients/python's {name} is stale: run make proto"

@@ -1,0 +1,194 @@
+"""A thin client: one method per common call, errors with memsvc's machine-readable details,
+transient failures retried by gRPC itself (UNAVAILABLE, honouring the server's retry
+pushback)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+from google.rpc import error_details_pb2  # type: ignore[import-untyped]
+from grpc_status import rpc_status
+
+from memsvc_client.v1 import memory_pb2 as pb
+from memsvc_client.v1 import memory_pb2_grpc as pb_grpc
+
+MODES = {
+    "hybrid": pb.SEARCH_MODE_HYBRID,
+    "dense": pb.SEARCH_MODE_DENSE,
+    "keyword": pb.SEARCH_MODE_KEYWORD,
+}
+
+
+def _retry_config(attempts: int) -> str:
+    # gRPC's own retries: only UNAVAILABLE (nothing was done), with backoff; the server's
+    # grpc-retry-pushback-ms overrides the backoff when it says how long to wait.
+    return json.dumps(
+        {
+            "methodConfig": [
+                {
+                    "name": [{"service": "memsvc.v1.MemoryService"}],
+                    "retryPolicy": {
+                        "maxAttempts": max(2, min(attempts, 5)),
+                        "initialBackoff": "0.5s",
+                        "maxBackoff": "10s",
+                        "backoffMultiplier": 2,
+                        "retryableStatusCodes": ["UNAVAILABLE"],
+                    },
+                }
+            ]
+        }
+    )
+
+
+class MemsvcError(Exception):
+    """A failed call: the status code, memsvc's stable reason, each bad field, and how long
+    to wait before retrying (None: not a transient failure)."""
+
+    def __init__(self, rpc_error: grpc.RpcError) -> None:
+        self.code: grpc.StatusCode = rpc_error.code()
+        self.message: str = rpc_error.details() or ""
+        self.reason = ""
+        self.field_violations: list[tuple[str, str]] = []
+        self.retry_after_s: float | None = None
+        status = rpc_status.from_call(rpc_error)  # type: ignore[arg-type]
+        for detail in status.details if status is not None else ():
+            if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                bad = error_details_pb2.BadRequest()
+                detail.Unpack(bad)
+                self.field_violations += [(v.field, v.description) for v in bad.field_violations]
+            elif detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                self.reason = info.reason
+            elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                retry = error_details_pb2.RetryInfo()
+                detail.Unpack(retry)
+                self.retry_after_s = retry.retry_delay.ToMilliseconds() / 1000
+        super().__init__(
+            f"{self.code.name}{f' ({self.reason})' if self.reason else ''}: {self.message}"
+        )
+
+
+class MemoryClient:
+    """memsvc at `target`. `token`: a bearer token when authentication is on; `ca_file`: a
+    PEM CA to trust (TLS); `attempts`: tries per call while the server is UNAVAILABLE."""
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+        attempts: int = 3,
+        timeout_s: float = 60.0,
+    ) -> None:
+        options = [
+            ("grpc.enable_retries", 1),
+            ("grpc.service_config", _retry_config(attempts)),
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        ]
+        if ca_file:
+            with open(ca_file, "rb") as f:
+                creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+            self.channel = grpc.secure_channel(target, creds, options=options)
+        else:
+            self.channel = grpc.insecure_channel(target, options=options)
+        self.stub = pb_grpc.MemoryServiceStub(self.channel)  # type: ignore[no-untyped-call]
+        self.metadata = [("authorization", f"Bearer {token}")] if token else []
+        self.timeout_s = timeout_s
+
+    def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        """Any RPC by name, e.g. call("Reindex", pb.ReindexRequest(all=True))."""
+        try:
+            return getattr(self.stub, method)(
+                request, metadata=self.metadata, timeout=timeout_s or self.timeout_s
+            )
+        except grpc.RpcError as exc:
+            raise MemsvcError(exc) from None
+
+    def append(
+        self, events: Iterable[pb.MemoryEvent], *, wait: bool = False, wait_timeout_s: float = 120
+    ) -> pb.AppendEventsResponse:
+        """Log the events durably; with `wait`, return once the last turn of each
+        conversation is searchable (MemsvcError DEADLINE_EXCEEDED if not in time)."""
+        events = list(events)
+        reply: pb.AppendEventsResponse = self.call(
+            "AppendEvents", pb.AppendEventsRequest(events=events)
+        )
+        if wait and not reply.errors:
+            last: dict[str, int] = {}
+            for e in events:
+                last[e.conversation_id] = max(last.get(e.conversation_id, -1), e.turn_id)
+            for conversation_id, turn_id in last.items():
+                self.wait_for_indexed(conversation_id, turn_id, wait_timeout_s)
+        return reply
+
+    def wait_for_indexed(
+        self, conversation_id: str, turn_id: int, timeout_s: float = 120
+    ) -> pb.WaitForIndexedResponse:
+        reply: pb.WaitForIndexedResponse = self.call(
+            "WaitForIndexed",
+            pb.WaitForIndexedRequest(
+                conversation_id=conversation_id,
+                turn_id=turn_id,
+                timeout_ms=int(min(timeout_s, 300) * 1000),
+            ),
+            timeout_s=min(timeout_s, 300) + 10,
+        )
+        return reply
+
+    def search(
+        self,
+        query: str,
+        *,
+        conversation_ids: Sequence[str] = (),
+        top_k: int = 0,
+        mode: str | None = None,
+        speakers: Sequence[str] = (),
+    ) -> list[pb.Hit]:
+        reply: pb.EmbedDbResponse = self.call(
+            "EmbedDb",
+            pb.EmbedDbRequest(
+                query_text=query,
+                top_k=top_k,
+                mode=MODES[mode] if mode else pb.SEARCH_MODE_UNSPECIFIED,
+                filters=pb.SearchFilters(
+                    conversation_ids=list(conversation_ids), speakers=list(speakers)
+                ),
+            ),
+        )
+        return list(reply.hits)
+
+    def delete(
+        self, conversation_id: str, turns: tuple[int, int] | None = None
+    ) -> pb.LogicalDeleteBySourceResponse:
+        """Delete turns start..end (inclusive), or the whole conversation without `turns`."""
+        request = pb.LogicalDeleteBySourceRequest(conversation_id=conversation_id)
+        if turns is not None:
+            request.turn_range.start, request.turn_range.end = turns
+        reply: pb.LogicalDeleteBySourceResponse = self.call("LogicalDeleteBySource", request)
+        return reply
+
+    def status(self, conversation_ids: Sequence[str] = ()) -> pb.GetIndexStatusResponse:
+        reply: pb.GetIndexStatusResponse = self.call(
+            "GetIndexStatus", pb.GetIndexStatusRequest(conversation_ids=list(conversation_ids))
+        )
+        return reply
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> MemoryClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

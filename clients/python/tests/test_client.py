@@ -1,0 +1,133 @@
+"""memsvc-client in a venv of its own (make test-clients): no torch, no server package,
+against a real memsvc started from the server's venv (MEMSVC_PYTHON)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+import grpc
+from memsvc_client import MemoryClient, MemsvcError, pb
+
+ROOT = Path(__file__).resolve().parents[3]
+WRITER = "writer-token-for-the-python-client"
+READER = "reader-token-for-the-python-client"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def turn(conversation: str, turn_id: int, text: str) -> pb.MemoryEvent:
+    return pb.MemoryEvent(
+        conversation_id=conversation,
+        turn_id=turn_id,
+        speaker="user" if turn_id % 2 == 0 else "assistant",
+        text=text,
+        timestamp=f"2026-02-02T10:0{turn_id}:00+08:00",
+    )
+
+
+class MemoryClientTest(unittest.TestCase):
+    server: subprocess.Popen[bytes]
+    target: str
+    tmp: tempfile.TemporaryDirectory[str]
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tmp = tempfile.TemporaryDirectory()
+        tokens = Path(cls.tmp.name) / "tokens"
+        tokens.write_text(f"writer {WRITER}\nreader {READER}\n")
+        port = free_port()
+        cls.target = f"127.0.0.1:{port}"
+        python = os.environ.get("MEMSVC_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+        data = str(Path(cls.tmp.name) / "data")
+        cls.server = subprocess.Popen(
+            [
+                *(python, "-m", "memsvc", "serve", "--listen", cls.target),
+                *("--log-level", "WARNING", "--data-dir", data),
+                *("--auth-tokens-file", str(tokens)),
+            ],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "MEMSVC_EMBED_MODEL": "sentence-transformers/all-MiniLM-L6-v2",
+                "MEMSVC_METRICS_LISTEN": "",
+                "TQDM_DISABLE": "1",
+            },
+        )
+        deadline = time.monotonic() + 180
+        with MemoryClient(cls.target, token=READER, attempts=2) as probe:
+            while True:
+                try:
+                    probe.call("EmbedChunk", pb.EmbedChunkRequest(query="ready?"), timeout_s=5)
+                    return
+                except MemsvcError:
+                    if time.monotonic() > deadline or cls.server.poll() is not None:
+                        raise
+                    time.sleep(0.5)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.terminate()
+        cls.server.wait(timeout=60)
+        cls.tmp.cleanup()
+
+    def test_installs_without_torch_or_the_server(self) -> None:
+        self.assertIsNone(importlib.util.find_spec("torch"))
+        self.assertIsNone(importlib.util.find_spec("memsvc"))
+
+    def test_append_wait_search_delete(self) -> None:
+        with MemoryClient(self.target, token=WRITER) as memory:
+            events = [
+                turn("py-1", 0, "I just adopted a puppy named Biscuit."),
+                turn("py-1", 1, "Congratulations! What breed is Biscuit?"),
+            ]
+            reply = memory.append(events, wait=True)
+            self.assertEqual(reply.accepted, 2)
+            hits = memory.search("what is the dog called?", conversation_ids=["py-1"])
+            self.assertIn("Biscuit", hits[0].text)
+            self.assertEqual(hits[0].metadata.turn_range.end, 1)
+            self.assertEqual(memory.status(["py-1"]).conversations[0].state, "idle")
+            self.assertEqual(memory.delete("py-1").events_deleted, 2)
+            self.assertEqual(memory.search("Biscuit", conversation_ids=["py-1"]), [])
+
+    def test_the_readme_example(self) -> None:
+        readme = (ROOT / "README.md").read_text()
+        blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+        code = next(b for b in blocks if "from memsvc_client import" in b)
+        code = code.replace('"127.0.0.1:50051"', repr(self.target))
+        code = code.replace("token=None", f"token={WRITER!r}")
+        scope: dict[str, object] = {}
+        exec(compile(code, "README.md", "exec"), scope)
+        hits = scope["hits"]
+        assert isinstance(hits, list)
+        self.assertIn("Biscuit", hits[0].text)
+
+    def test_errors_carry_reason_and_fields(self) -> None:
+        with MemoryClient(self.target, token=READER) as memory:
+            with self.assertRaises(MemsvcError) as denied:
+                memory.append([turn("py-2", 0, "hello")])
+            self.assertEqual(denied.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+            self.assertEqual(denied.exception.reason, "ROLE_TOO_LOW")
+            with self.assertRaises(MemsvcError) as bad:
+                memory.search("x", conversation_ids=["py-2"], top_k=1000)
+            self.assertEqual(bad.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual([f for f, _ in bad.exception.field_violations], ["top_k"])
+        with MemoryClient(f"127.0.0.1:{free_port()}", attempts=2, timeout_s=5) as nowhere:
+            with self.assertRaises(MemsvcError) as down:
+                nowhere.status(["py-2"])
+            self.assertEqual(down.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+
+if __name__ == "__main__":
+    unittest.main()
