@@ -10,6 +10,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MEMSVC_DATA_DIR=/data \
     MEMSVC_EMBED_MODEL=BAAI/bge-small-zh-v1.5 \
     MEMSVC_EMBED_FALLBACK=false \
+    MEMSVC_MODEL_CACHE_DIR=/opt/memsvc-model-cache \
+    MEMSVC_METRICS_LISTEN=0.0.0.0:9464 \
     MEMSVC_LOG_FORMAT=json
 
 RUN useradd --create-home --uid 10001 memsvc
@@ -28,9 +30,14 @@ RUN python -c "from huggingface_hub import snapshot_download; snapshot_download(
     && mkdir -p /data && chown memsvc:memsvc /data
 
 ENV HF_HUB_OFFLINE=1
+# Export the ONNX graph now, not at the first start (it is most of a cold start's time).
+RUN python -c "from memsvc.config import Settings; from memsvc.embedding.model import load_embedder; load_embedder(Settings(data_dir='/tmp/build'))" \
+    && rm -rf /tmp/build && chown -R memsvc:memsvc /opt/memsvc-model-cache
 USER memsvc
 VOLUME ["/data"]
-EXPOSE 50051
+# gRPC; Prometheus /metrics, /healthz, /readyz. Add MEMSVC_HTTP_LISTEN=0.0.0.0:8080 and
+# publish 8080 for HTTP/JSON.
+EXPOSE 50051 9464
 
 # grpc.health.v1 Check against the server itself (no token needed; TLS followed if on).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=90s --retries=3 CMD ["memsvc", "health"]

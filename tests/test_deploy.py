@@ -8,7 +8,10 @@ report, a balancer pointing at a port or host that does not exist. `.ci/run` als
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +79,31 @@ def test_alert_rules_have_severities_and_name_real_metrics() -> None:
             assert f'"{family}"' in source, (rule["alert"], family)
     lag = next(r for r in alerts if r["alert"] == "MemsvcIndexLag")
     assert "memsvc_index_paused) == 0" in lag["expr"]  # no page while deliberately paused
+
+
+def test_the_image_exports_onnx_at_build_and_exposes_metrics(tmp_path: Path) -> None:
+    """The Dockerfile's export step, run as written (the offline model in place of the
+    hub's): the cache it fills holds the ONNX graph a start then only loads."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    env = dict(re.findall(r"(MEMSVC_\w+)=(\S+)", dockerfile.split("RUN useradd", 1)[0]))
+    assert env["MEMSVC_METRICS_LISTEN"].startswith("0.0.0.0:")
+    port = env["MEMSVC_METRICS_LISTEN"].rpartition(":")[2]
+    assert re.search(rf"^EXPOSE 50051 {port}$", dockerfile, re.M)
+    step = re.search(r'RUN python -c "(.*?)"', dockerfile.split("# Export the ONNX", 1)[1])
+    assert step is not None
+    cache = tmp_path / "model-cache"
+    done = subprocess.run(
+        [sys.executable, "-c", step.group(1).replace("/tmp/build", str(tmp_path / "build"))],
+        env={
+            **os.environ,
+            "MEMSVC_MODEL_CACHE_DIR": str(cache),
+            "MEMSVC_EMBED_MODEL": "sentence-transformers/all-MiniLM-L6-v2",
+            "MEMSVC_EMBED_FALLBACK": "false",
+            "TQDM_DISABLE": "1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert list(cache.rglob("model.onnx"))

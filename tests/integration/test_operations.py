@@ -4,8 +4,12 @@ families after real traffic, durable pause and reindex cancellation."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -213,3 +217,84 @@ def test_cancelled_reindex_keeps_the_old_version_answering(services: Services) -
     assert done is not None and services.control.is_indexed("rx", len(EN_TURNS) - 1)
     _, _, hits = services.search.search(SearchRequest("Biscuit", 6, SearchFilters(("rx",))))
     assert hits and {h.metadata.chunk_version for h in hits} == {1}
+
+
+def test_a_data_dir_restored_at_another_path_is_not_reindexed(tmp_path: Path) -> None:
+    """Backup = a copy of the stopped data dir (README, Backup and restore); restored at
+    another path, it serves at once: nothing re-embedded, nothing re-written."""
+    port, metrics_port = free_port(), free_port()
+    target = f"127.0.0.1:{port}"
+    proc = start_child(tmp_path / "a", port)
+    channel = grpc.insecure_channel(target)
+    try:
+        wait_serving(channel, proc)
+        assert cli(target, "append", str(EXAMPLE), "--wait").returncode == 0
+    finally:
+        channel.close()
+        proc.terminate()
+        assert proc.wait(timeout=60) == 0
+    shutil.copytree(tmp_path / "a", tmp_path / "elsewhere" / "b")
+    shutil.rmtree(tmp_path / "a")
+    proc = start_child(
+        tmp_path / "elsewhere" / "b", port, "--metrics-listen", f"127.0.0.1:{metrics_port}"
+    )
+    channel = grpc.insecure_channel(target)
+    try:
+        wait_serving(channel, proc)
+        status = json.loads(cli(target, "status", "--json").stdout)
+        assert [(c["state"], c["last_indexed_turn"]) for c in status["conversations"]] == [
+            ("idle", 9)
+        ]
+        found = json.loads(
+            cli(
+                target, "search", "what is the dog called?", "--conversation", "c1", "--json"
+            ).stdout
+        )
+        assert any("Biscuit" in h["text"] for h in found["hits"])
+        time.sleep(2)  # a re-index would have started by now
+        metrics = scrape(metrics_port)
+        assert total(metrics.get("memsvc_chunks_written_total", {}), outcome="upserted") == 0
+        assert total(metrics.get("memsvc_embedded_texts_total", {}), kind="passage") == 0
+    finally:
+        channel.close()
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_sigterm_during_the_model_load_stops_at_once(tmp_path: Path) -> None:
+    """SIGTERM while the model loads abandons the load (it used to finish it first): a
+    clean exit, the data dir free for the next start."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    port = free_port()
+    command = [sys.executable, "-m", "memsvc", "serve", "--listen", f"127.0.0.1:{port}"]
+    command += ["--data-dir", str(tmp_path / "data"), "--log-format", "json"]
+    env = {
+        **os.environ,
+        "MEMSVC_EMBED_MODEL": "sentence-transformers/all-MiniLM-L6-v2",
+        "MEMSVC_METRICS_LISTEN": "",
+        "TQDM_DISABLE": "1",
+    }
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while True:  # listening, model not loaded yet
+            try:
+                status = health.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+                break
+            except grpc.RpcError:
+                assert proc.poll() is None
+                time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output.decode()[-2000:]
+    assert b"stopped_during_startup" in output and b"serving" not in output
+    assert b"Traceback" not in output
+    second = start_child(tmp_path / "data", port)  # the data dir lock was released
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            wait_serving(channel, second)
+    finally:
+        second.terminate()
+        second.wait(timeout=60)

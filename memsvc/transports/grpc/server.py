@@ -266,6 +266,11 @@ def check_exposure(settings: Settings) -> None:
     )
 
 
+class StoppedDuringStartup(Exception):
+    """SIGINT or SIGTERM before the service was ready: the start is abandoned (build_services
+    closes what it opened), and the process exits cleanly."""
+
+
 # Start-up failures with a cause the operator can act on: a one-line message, no traceback.
 STARTUP_ERRORS: tuple[type[BaseException], ...] = (
     FailedPrecondition,  # the collection holds another model's vectors
@@ -341,13 +346,28 @@ def serve(settings: Settings) -> None:
     if metrics_port is not None:
         log.info("metrics", address=f"{settings.metrics_listen.rpartition(':')[0]}:{metrics_port}")
     stop = threading.Event()
+    starting = [True]
+
+    def on_stop(signum: int, _frame: object) -> None:
+        stop.set()
+        if starting[0]:  # abandon the model load rather than finish it first
+            raise StoppedDuringStartup(signal.Signals(signum).name)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_stop)
     if tokens is not None:
         # token rotation without a restart
         signal.signal(signal.SIGHUP, lambda *_: tokens.reload())
     try:
         services = build_services(settings)
+        starting[0] = False
+    except StoppedDuringStartup as exc:
+        log.info("stopped_during_startup", signal=str(exc))
+        if http_server is not None:
+            http_server.stop(0)
+        running.stop(0)
+        datadir.unlock(settings.data_dir)
+        return
     except STARTUP_ERRORS as exc:
         running.stop(0)
         raise SystemExit(f"memsvc: {exc}") from None
