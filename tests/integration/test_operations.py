@@ -298,3 +298,28 @@ def test_sigterm_during_the_model_load_stops_at_once(tmp_path: Path) -> None:
     finally:
         second.terminate()
         second.wait(timeout=60)
+
+
+def test_a_first_start_logs_json_lines_only(tmp_path: Path) -> None:
+    """The ONNX export at a first start printed ~110 plain lines into the JSON log."""
+    port = free_port()
+    command = [sys.executable, "-m", "memsvc", "serve", "--listen", f"127.0.0.1:{port}"]
+    command += ["--data-dir", str(tmp_path / "data"), "--log-format", "json"]
+    env = {
+        **os.environ,
+        "MEMSVC_EMBED_MODEL": "sentence-transformers/all-MiniLM-L6-v2",
+        "MEMSVC_EMBED_BACKEND": "onnx",
+        "MEMSVC_MODEL_CACHE_DIR": str(tmp_path / "model-cache"),  # empty: the export runs
+        "MEMSVC_METRICS_LISTEN": "",
+        "TQDM_DISABLE": "1",
+    }
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            wait_serving(channel, proc)  # type: ignore[arg-type]
+    finally:
+        proc.terminate()
+        output, _ = proc.communicate(timeout=120)
+    lines = [line for line in output.decode().splitlines() if line.strip()]
+    events = [json.loads(line)["event"] for line in lines]  # every line is a JSON object
+    assert "onnx_export" in events and "serving" in events and events[-1] == "stopped"
