@@ -10,9 +10,10 @@ from pathlib import Path
 
 import structlog
 
-from memsvc.config import Settings
+from memsvc.config import Settings, package_version
 from memsvc.domain.chunking import ChunkPolicy, ChunkRenderer
 from memsvc.domain.prefix import KeywordExtractor
+from memsvc.domain.records import ServerDescription
 from memsvc.domain.types import SearchMode
 from memsvc.embedding.batching import QueryBatcher
 from memsvc.embedding.model import Embedder, load_embedder
@@ -110,6 +111,18 @@ class Services:
             _erase_files(self.log, self.cache)
         self.backend.close()
         datadir.unlock(self.settings.data_dir)
+
+    def describe(self) -> ServerDescription:
+        info = self.embedder.info
+        backend = type(getattr(self.embedder, "backend", None)).__name__
+        return ServerDescription(
+            version=package_version(),
+            model=info.name,
+            model_fallback=info.fallback,
+            dim=info.dim,
+            embed_backend=backend.removesuffix("Backend").lower(),
+            log_backend="postgres" if self.settings.database_url else "sqlite",
+        )
 
     def gauges(self) -> metrics.GaugeReading:
         return metrics.GaugeReading(

@@ -193,3 +193,15 @@ class Candidate(NamedTuple):
     chunk_id: str
     score: float
     stored: StoredChunk | None = None
+
+
+@dataclass(frozen=True)
+class ServerDescription:
+    """What serves: shown in GetIndexStatus and memsvc_build_info."""
+
+    version: str
+    model: str
+    model_fallback: bool
+    dim: int
+    embed_backend: str  # onnx | torch
+    log_backend: str  # sqlite | postgres

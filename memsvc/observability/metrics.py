@@ -30,7 +30,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from memsvc.domain.errors import EmbedderError, StoreUnavailable
-from memsvc.domain.records import QueueGauges
+from memsvc.domain.records import QueueGauges, ServerDescription
 
 # One series per counter and histogram: no `_created` twins (they double the series).
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -74,11 +74,16 @@ ProcessCollector(registry=REGISTRY)
 PlatformCollector(registry=REGISTRY)
 
 
-def set_build_info(
-    version: str, model: str, fallback: bool, backend: str, dim: int, log: str
-) -> None:
+def set_build_info(server: ServerDescription) -> None:
     BUILD_INFO.clear()
-    BUILD_INFO.labels(version, model, str(fallback).lower(), backend, str(dim), log).set(1)
+    BUILD_INFO.labels(
+        server.version,
+        server.model,
+        str(server.model_fallback).lower(),
+        server.embed_backend,
+        str(server.dim),
+        server.log_backend,
+    ).set(1)
 
 
 CHUNKS_WRITTEN = Counter(

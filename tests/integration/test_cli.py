@@ -43,6 +43,16 @@ def test_version_and_health_of_a_named_target(target: str) -> None:
     assert memsvc("health", "--target", f"127.0.0.1:{free_port()}").returncode == 1
 
 
+def test_status_says_which_model_serves(target: str) -> None:
+    server = json.loads(cli(target, "status", "--json").stdout)["server"]
+    assert server["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert server["model_fallback"] is False and server["dim"] == 384
+    assert server["embed_backend"] in ("onnx", "torch") and server["log_backend"] == "sqlite"
+    assert server["version"] == memsvc("--version").stdout.split()[1]
+    table = cli(target, "status").stdout
+    assert "model sentence-transformers/all-MiniLM-L6-v2 (dim 384" in table
+
+
 def test_json_array_and_openai_messages(target: str, tmp_path: Path) -> None:
     events = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
     array = tmp_path / "events.json"

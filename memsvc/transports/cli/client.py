@@ -480,6 +480,19 @@ def cmd_status(stub: _Stub, args: argparse.Namespace) -> int:
         markup=False,
         highlight=False,
     )
+    server = reply.server
+    if server.model:
+        out.print(
+            f"memsvc {server.version}, model {server.model} (dim {server.dim},"
+            f" {server.embed_backend}), log on {server.log_backend}"
+            + (
+                "; FALLBACK: the bundled English model serves instead of the configured one"
+                if server.model_fallback
+                else ""
+            ),
+            markup=False,
+            highlight=False,
+        )
     return 1 if reply.failed else 0
 
 

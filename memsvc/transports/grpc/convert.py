@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from memsvc.domain.records import QueueItem
+from memsvc.domain.records import QueueItem, ServerDescription
 from memsvc.domain.types import (
     ChunkMetadata,
     ChunkRecord,
@@ -117,4 +117,15 @@ def index_status_to_pb(item: QueueItem) -> pb.IndexStatus:
         attempts=item.attempts,
         chunk_version=item.chunk_version,
         reindexing=item.reindex,
+    )
+
+
+def server_info_to_pb(server: ServerDescription) -> pb.ServerInfo:
+    return pb.ServerInfo(
+        version=server.version,
+        model=server.model,
+        model_fallback=server.model_fallback,
+        dim=server.dim,
+        embed_backend=server.embed_backend,
+        log_backend=server.log_backend,
     )

@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from memsvc.app import Services, build_services
-from memsvc.config import Settings, package_version
+from memsvc.config import Settings
 from memsvc.domain.errors import FailedPrecondition
 from memsvc.observability import metrics
 from memsvc.storage import datadir
@@ -376,15 +376,7 @@ def serve(settings: Settings) -> None:
         raise
     running.mark_ready(services)
     metrics.SERVICE_GAUGES.read = services.gauges
-    info = services.embedder.info
-    metrics.set_build_info(
-        package_version(),
-        info.name,
-        info.fallback,
-        type(getattr(services.embedder, "backend", None)).__name__.removesuffix("Backend").lower(),
-        info.dim,
-        "postgres" if settings.database_url else "sqlite",
-    )
+    metrics.set_build_info(services.describe())
     metrics.READINESS.read = lambda: running.serving
     log.info("serving", address=f"{host}:{running.port}", model=services.embedder.name)
     # A signal may be delivered to any thread (ONNX Runtime's and torch's pools do not block

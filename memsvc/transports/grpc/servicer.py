@@ -28,6 +28,7 @@ from memsvc.transports.grpc.convert import (
     metadata_to_pb,
     record_from_pb,
     record_to_pb,
+    server_info_to_pb,
 )
 from memsvc.transports.grpc.status import code_of, status_of
 from memsvc.v1 import memory_pb2 as pb
@@ -318,6 +319,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             indexing=totals.indexing,
             failed=totals.failed,
             paused=totals.paused,
+            server=server_info_to_pb(self.core.describe()),
         )
 
     @rpc(lambda r: {"indexed": r.indexed})

@@ -355,7 +355,7 @@ class GetIndexStatusRequest(_message.Message):
     def __init__(self, conversation_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetIndexStatusResponse(_message.Message):
-    __slots__ = ("conversations", "total_conversations", "total_backlog", "pending", "indexing", "failed", "paused")
+    __slots__ = ("conversations", "total_conversations", "total_backlog", "pending", "indexing", "failed", "paused", "server")
     CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BACKLOG_FIELD_NUMBER: _ClassVar[int]
@@ -363,6 +363,7 @@ class GetIndexStatusResponse(_message.Message):
     INDEXING_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
     conversations: _containers.RepeatedCompositeFieldContainer[IndexStatus]
     total_conversations: int
     total_backlog: int
@@ -370,7 +371,24 @@ class GetIndexStatusResponse(_message.Message):
     indexing: int
     failed: int
     paused: bool
-    def __init__(self, conversations: _Optional[_Iterable[_Union[IndexStatus, _Mapping]]] = ..., total_conversations: _Optional[int] = ..., total_backlog: _Optional[int] = ..., pending: _Optional[int] = ..., indexing: _Optional[int] = ..., failed: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
+    server: ServerInfo
+    def __init__(self, conversations: _Optional[_Iterable[_Union[IndexStatus, _Mapping]]] = ..., total_conversations: _Optional[int] = ..., total_backlog: _Optional[int] = ..., pending: _Optional[int] = ..., indexing: _Optional[int] = ..., failed: _Optional[int] = ..., paused: _Optional[bool] = ..., server: _Optional[_Union[ServerInfo, _Mapping]] = ...) -> None: ...
+
+class ServerInfo(_message.Message):
+    __slots__ = ("version", "model", "model_fallback", "dim", "embed_backend", "log_backend")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    EMBED_BACKEND_FIELD_NUMBER: _ClassVar[int]
+    LOG_BACKEND_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    model: str
+    model_fallback: bool
+    dim: int
+    embed_backend: str
+    log_backend: str
+    def __init__(self, version: _Optional[str] = ..., model: _Optional[str] = ..., model_fallback: _Optional[bool] = ..., dim: _Optional[int] = ..., embed_backend: _Optional[str] = ..., log_backend: _Optional[str] = ...) -> None: ...
 
 class WaitForIndexedRequest(_message.Message):
     __slots__ = ("conversation_id", "turn_id", "timeout_ms")
