@@ -44,6 +44,10 @@ class LogReader(Protocol):
     # events
     def events(self, conversation_id: str, turn_ids: Iterable[int]) -> dict[int, EventRow]: ...
 
+    def events_after(self, conversation_id: str, after_turn: int, limit: int) -> list[EventRow]:
+        """Up to `limit` live (not deleted) events with turn_id > `after_turn`, in turn order."""
+        ...
+
     def seq_through(self, conversation_id: str, turn_id: int) -> int | None:
         """The latest work sequence number among the turns up to `turn_id` (None: that turn
         was never written)."""

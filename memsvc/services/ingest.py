@@ -207,6 +207,35 @@ class IngestService:
         return self.projector.store_records(valid, errors)
 
     # -- ListChunks -----------------------------------------------------------------------
+    def export_events(
+        self, conversation_id: str, page_size: int, page_token: str, access: Access = FULL
+    ) -> tuple[list[MemoryEvent], str]:
+        """A page of the conversation's live events as appended, and the next page's token
+        (empty at the end)."""
+        conv = validation.conversation_id(conversation_id, "conversation_id")
+        access.check(conv, "conversation_id")
+        if not 0 <= page_size <= 5000:
+            raise InvalidArgument("page_size", "must be 0 (= 500) to 5000")
+        size = page_size or 500
+        after = _after_turn(page_token)
+        with self.log.snapshot() as r:
+            rows = r.events_after(conv, after, size + 1)
+        page = [
+            MemoryEvent(
+                conversation_id=e.conversation_id,
+                turn_id=e.turn_id,
+                speaker=e.speaker,
+                text=e.text,
+                timestamp=e.timestamp,
+                participants=tuple(e.participants),
+                speaker_name=e.speaker_name,
+            )
+            for e in rows[:size]
+        ]
+        more = len(rows) > size
+        token = base64.urlsafe_b64encode(f"t:{page[-1].turn_id}".encode()).decode() if more else ""
+        return page, token
+
     def list_chunks(
         self,
         conversation_id: str,
@@ -292,6 +321,19 @@ def _event_ref(e: MemoryEvent | EventRow) -> str:
 
 def _encode_page_token(offset: int) -> str:
     return base64.urlsafe_b64encode(f"o:{offset}".encode()).decode()
+
+
+def _after_turn(token: str) -> int:
+    """ExportEvents' page token: the last turn id of the previous page."""
+    if not token:
+        return -1
+    try:
+        raw = base64.urlsafe_b64decode(token.encode()).decode()
+        if raw.startswith("t:") and raw[2:].isdigit():
+            return int(raw[2:])
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    raise InvalidArgument("page_token", "not a token from a previous ExportEvents response")
 
 
 def _decode_page_token(token: str) -> int:

@@ -292,6 +292,24 @@ class RetireChunkVersionResponse(_message.Message):
     retired: int
     def __init__(self, retired: _Optional[int] = ...) -> None: ...
 
+class ExportEventsRequest(_message.Message):
+    __slots__ = ("conversation_id", "page_size", "page_token")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, conversation_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ExportEventsResponse(_message.Message):
+    __slots__ = ("events", "next_page_token")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[MemoryEvent]
+    next_page_token: str
+    def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class PurgeDeletedRequest(_message.Message):
     __slots__ = ("conversation_id", "all_conversations")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]

@@ -143,3 +143,40 @@ def test_whole_conversation_erasure_needs_yes_and_retire(target: str, tmp_path: 
     assert "turns erased 10" in cli(target, "purge", "--conversation", "gone", "--yes").stdout
     retired = cli(target, "retire", "--conversation", "arr", "--chunk-version", "7")
     assert retired.returncode == 0 and "chunks removed 0" in retired.stdout, retired.stderr
+
+
+def test_export_is_a_backup_that_append_takes_back(target: str, tmp_path: Path) -> None:
+    """export → append on a fresh server: the same conversation, the same chunks; deleted
+    turns stay out (re-imported with --allow-gaps)."""
+    events = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    source = tmp_path / "source.jsonl"
+    source.write_text("".join(json.dumps(dict(e, conversation_id="exp")) + "\n" for e in events))
+    assert cli(target, "append", str(source), "--wait").returncode == 0
+    assert cli(target, "delete", "--conversation", "exp", "--turns", "4-4").returncode == 0
+    backup = tmp_path / "backup.jsonl"
+    done = cli(target, "export", "--conversation", "exp", "--output", str(backup))
+    assert done.returncode == 0 and "exported 9 events" in done.stderr, done.stderr
+    exported = [json.loads(line) for line in backup.read_text().splitlines()]
+    assert [e["turn_id"] for e in exported] == [0, 1, 2, 3, 5, 6, 7, 8, 9]
+    assert exported[0] == dict(events[0], conversation_id="exp")  # as appended
+
+    port = free_port()
+    fresh = start_child(tmp_path / "restored", port)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            wait_serving(channel, fresh)
+        restored = f"127.0.0.1:{port}"
+        done = cli(restored, "append", str(backup), "--allow-gaps", "--wait")
+        assert done.returncode == 0, done.stderr
+        assert "accepted 9, duplicates 0, errors 0" in done.stdout
+        for query in ("what is the dog called?", "peanut allergy"):
+            before = json.loads(
+                cli(target, "search", query, "--conversation", "exp", "--json").stdout
+            )
+            after = json.loads(
+                cli(restored, "search", query, "--conversation", "exp", "--json").stdout
+            )
+            assert [h["text"] for h in after["hits"]] == [h["text"] for h in before["hits"]]
+    finally:
+        fresh.terminate()
+        fresh.wait(timeout=60)

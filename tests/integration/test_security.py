@@ -76,6 +76,7 @@ REQUESTS: dict[str, Any] = {
     "ListChunks": pb.ListChunksRequest(conversation_id="sec"),
     "GetIndexStatus": pb.GetIndexStatusRequest(conversation_ids=["sec"]),
     "WaitForIndexed": pb.WaitForIndexedRequest(conversation_id="sec", turn_id=0, timeout_ms=10),
+    "ExportEvents": pb.ExportEventsRequest(conversation_id="sec"),
     "AppendEvents": pb.AppendEventsRequest(
         events=[event_to_pb(turn("sec", 0, "a first message about the harbor"))]
     ),

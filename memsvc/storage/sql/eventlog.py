@@ -79,6 +79,16 @@ class SqlLog(LayoutQueries, WorkQueries):
                 out[event.turn_id] = event
         return out
 
+    def events_after(self, conversation_id: str, after_turn: int, limit: int) -> list[EventRow]:
+        return [
+            _event(r)
+            for r in self.sql.rows(
+                f"SELECT {_EVENT_COLS} FROM events WHERE conversation_id = ? AND turn_id > ?"
+                " AND deleted = 0 ORDER BY turn_id LIMIT ?",
+                (conversation_id, after_turn, limit),
+            )
+        ]
+
     def seq_through(self, conversation_id: str, turn_id: int) -> int | None:
         row = self.sql.one(
             "SELECT MAX(seq), SUM(CASE WHEN turn_id = ? THEN 1 ELSE 0 END) FROM events"

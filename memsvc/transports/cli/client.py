@@ -1,18 +1,20 @@
-"""`memsvc append | search | status | delete | purge | reindex | pause | resume`: a
-command-line client of a running server (progress bars and tables on a terminal, plain
-text or JSON otherwise)."""
+"""`memsvc append | search | status | list | export | delete | purge | retire | reindex |
+pause | resume`: a command-line client of a running server (progress bars and tables on a
+terminal, plain text or JSON otherwise)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 import grpc
 from google.protobuf import json_format
@@ -92,6 +94,15 @@ def add_client_commands(sub: Any) -> None:
     p.add_argument("--conversation", action="append", default=[], help="repeatable")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_status)
+
+    p = sub.add_parser(
+        "export",
+        parents=[common],
+        help="a conversation's events as JSON lines (memsvc append takes them back)",
+    )
+    p.add_argument("--conversation", required=True)
+    p.add_argument("--output", "-o", default="-", help="file to write (default: stdout)")
+    p.set_defaults(run=cmd_export)
 
     p = sub.add_parser("list", parents=[common], help="conversations with their state, paged")
     p.add_argument("--limit", type=int, default=50, help="rows per page (default 50)")
@@ -529,6 +540,33 @@ def _int64_as_numbers(message: Any, raw: dict[str, Any]) -> dict[str, Any]:
             else:
                 _int64_as_numbers(value, raw[f.name])
     return raw
+
+
+def cmd_export(stub: _Stub, args: argparse.Namespace) -> int:
+    """Every live event, page by page, one JSON object per line in the proto's field names:
+    exactly what `append` reads (with --allow-gaps where turns were deleted)."""
+    with contextlib.ExitStack() as files:
+        sink: TextIO = (
+            sys.stdout
+            if args.output == "-"
+            else files.enter_context(open(args.output, "w", encoding="utf-8"))
+        )
+        count, token = 0, ""
+        while True:
+            reply = stub.ExportEvents(
+                pb.ExportEventsRequest(
+                    conversation_id=args.conversation, page_size=1000, page_token=token
+                ),
+                timeout=120,
+            )
+            for event in reply.events:
+                sink.write(json.dumps(_as_dict(event), ensure_ascii=False) + "\n")
+            count += len(reply.events)
+            token = reply.next_page_token
+            if not token:
+                break
+    err.print(f"exported {count} events", markup=False, highlight=False)
+    return 0
 
 
 def cmd_list(stub: _Stub, args: argparse.Namespace) -> int:

@@ -49,6 +49,7 @@ METHOD_ROLES: dict[str, Role] = {
     "ListChunks": Role.READER,
     "GetIndexStatus": Role.READER,
     "WaitForIndexed": Role.READER,
+    "ExportEvents": Role.READER,
     "AppendEvents": Role.WRITER,
     "BuildIncrementalChunks": Role.WRITER,
     "UpsertVectorRecords": Role.WRITER,

@@ -23,6 +23,7 @@ from memsvc.transports.grpc.convert import (
     MODES_PB,
     errors_to_pb,
     event_from_pb,
+    event_to_pb,
     filters_from_pb,
     index_status_to_pb,
     metadata_to_pb,
@@ -266,6 +267,17 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         )
         return pb.ListChunksResponse(
             chunks=[record_to_pb(c) for c in page.chunks], next_page_token=page.next_page_token
+        )
+
+    @rpc(lambda r: {"events": len(r.events)})
+    def ExportEvents(
+        self, request: pb.ExportEventsRequest, context: grpc.ServicerContext
+    ) -> pb.ExportEventsResponse:
+        events, token = self.core.ingest.export_events(
+            request.conversation_id, request.page_size, request.page_token, current_access()
+        )
+        return pb.ExportEventsResponse(
+            events=[event_to_pb(e) for e in events], next_page_token=token
         )
 
     @rpc(lambda r: {"retired": r.retired})

@@ -72,6 +72,11 @@ class MemoryServiceStub:
                 request_serializer=memsvc_dot_v1_dot_memory__pb2.ListChunksRequest.SerializeToString,
                 response_deserializer=memsvc_dot_v1_dot_memory__pb2.ListChunksResponse.FromString,
                 _registered_method=True)
+        self.ExportEvents = channel.unary_unary(
+                '/memsvc.v1.MemoryService/ExportEvents',
+                request_serializer=memsvc_dot_v1_dot_memory__pb2.ExportEventsRequest.SerializeToString,
+                response_deserializer=memsvc_dot_v1_dot_memory__pb2.ExportEventsResponse.FromString,
+                _registered_method=True)
         self.RetireChunkVersion = channel.unary_unary(
                 '/memsvc.v1.MemoryService/RetireChunkVersion',
                 request_serializer=memsvc_dot_v1_dot_memory__pb2.RetireChunkVersionRequest.SerializeToString,
@@ -164,6 +169,14 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportEvents(self, request, context):
+        """A conversation's logged events (not deleted ones), in turn order: a portable backup
+        that AppendEvents takes back.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RetireChunkVersion(self, request, context):
         """Remove an old chunk_version of a conversation from the store.
         """
@@ -251,6 +264,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ListChunks,
                     request_deserializer=memsvc_dot_v1_dot_memory__pb2.ListChunksRequest.FromString,
                     response_serializer=memsvc_dot_v1_dot_memory__pb2.ListChunksResponse.SerializeToString,
+            ),
+            'ExportEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportEvents,
+                    request_deserializer=memsvc_dot_v1_dot_memory__pb2.ExportEventsRequest.FromString,
+                    response_serializer=memsvc_dot_v1_dot_memory__pb2.ExportEventsResponse.SerializeToString,
             ),
             'RetireChunkVersion': grpc.unary_unary_rpc_method_handler(
                     servicer.RetireChunkVersion,
@@ -480,6 +498,33 @@ class MemoryService:
             '/memsvc.v1.MemoryService/ListChunks',
             memsvc_dot_v1_dot_memory__pb2.ListChunksRequest.SerializeToString,
             memsvc_dot_v1_dot_memory__pb2.ListChunksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memsvc.v1.MemoryService/ExportEvents',
+            memsvc_dot_v1_dot_memory__pb2.ExportEventsRequest.SerializeToString,
+            memsvc_dot_v1_dot_memory__pb2.ExportEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,
