@@ -93,6 +93,9 @@ test-clients: $(VENV)/.dev clients/node_modules/.installed $(CLIENT_VENV)/.insta
 		--force-reinstall ./clients/python
 	cd clients/python && MEMSVC_PYTHON=$(abspath $(PY)) .venv/bin/python -m unittest discover \
 		-s tests -t . -v
+	# Go: when a toolchain is present (.ci/run installs Debian's; README lists the packages)
+	if command -v go >/dev/null; then bash clients/go/run.sh; \
+	else echo "test-clients: no Go toolchain, the Go client was not built"; fi
 
 bench-ingest: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/locomo_ingest.py $(ARGS)
