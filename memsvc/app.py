@@ -12,6 +12,7 @@ import structlog
 
 from memsvc.config import Settings, package_version
 from memsvc.domain.chunking import ChunkPolicy, ChunkRenderer
+from memsvc.domain.errors import StoreUnavailable
 from memsvc.domain.prefix import KeywordExtractor
 from memsvc.domain.records import ServerDescription
 from memsvc.domain.types import SearchMode
@@ -131,7 +132,17 @@ class Services:
             self.store.up,
             self.health.disk_full,
             self.health.log_up,
+            chunks_stored=self._chunks_stored(),
         )
+
+    def _chunks_stored(self) -> int | None:
+        """Live chunks in the store (None while it does not answer: no gauge then)."""
+        if not self.store.up:
+            return None
+        try:
+            return self.store.count(deleted=False)
+        except StoreUnavailable:
+            return None
 
 
 def _erase_files(log_: EventLog, cache: EmbeddingCache) -> None:

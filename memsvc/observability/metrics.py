@@ -156,6 +156,7 @@ class GaugeReading:
     store_up: bool
     disk_full: bool = False
     log_up: bool = True
+    chunks_stored: int | None = None
 
 
 class ServiceGauges(Collector):  # type: ignore[misc]
@@ -207,6 +208,13 @@ class ServiceGauges(Collector):  # type: ignore[misc]
             "1 while the event log (its database) answers, 0 while it is unreachable.",
             value=1 if reading.log_up else 0,
         )
+        if reading.chunks_stored is not None:
+            yield GaugeMetricFamily(
+                "memsvc_chunks_stored",
+                "Chunks in the vector store that searches may return (not deleted; every"
+                " chunk version).",
+                value=reading.chunks_stored,
+            )
         yield GaugeMetricFamily(
             "memsvc_disk_full",
             "1 while writes fail because the disk under the data dir is full (DISK_FULL).",

@@ -175,6 +175,7 @@ def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
         assert metrics["process_resident_memory_bytes"][()] > 0
         assert "python_info" in metrics
         assert metrics["memsvc_rpc_in_flight"][()] == 0  # nothing runs between calls
+        assert metrics["memsvc_chunks_stored"][()] >= 3
         # the first append --wait made c1 searchable: one time-to-searchable observed
         assert metrics["memsvc_index_lag_seconds_count"][()] >= 1
         assert get(metrics_port, "/healthz") == (200, "ok\n")
