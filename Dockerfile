@@ -1,5 +1,8 @@
 # memsvc container: bge-small-zh-v1.5 baked in at build time, so the container starts offline.
+# --build-arg EMBEDDER=openai builds the slim image instead: no torch, no model; it embeds
+# through an OpenAI-compatible server (set MEMSVC_EMBED_URL and MEMSVC_EMBED_MODEL).
 FROM python:3.11-slim
+ARG EMBEDDER=local
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -8,6 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HF_HOME=/opt/hf \
     MEMSVC_LISTEN=0.0.0.0:50051 \
     MEMSVC_DATA_DIR=/data \
+    MEMSVC_EMBED_PROVIDER=${EMBEDDER} \
     MEMSVC_EMBED_MODEL=BAAI/bge-small-zh-v1.5 \
     MEMSVC_EMBED_FALLBACK=false \
     MEMSVC_MODEL_CACHE_DIR=/opt/memsvc-model-cache \
@@ -18,21 +22,25 @@ RUN useradd --create-home --uid 10001 memsvc
 
 WORKDIR /app
 # CPU build of torch first: a loose torch requirement would pull the CUDA wheels.
-RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+RUN if [ "$EMBEDDER" = local ]; then \
+      pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu; fi
 COPY pyproject.toml README.md ./
 COPY proto ./proto
 COPY memsvc ./memsvc
-RUN pip install .
+RUN if [ "$EMBEDDER" = local ]; then pip install ".[local]"; else pip install .; fi \
+    && mkdir -p /data /opt/memsvc-model-cache && chown memsvc:memsvc /data
 
 # Download the model into the image; at run time it is read from HF_HOME with no network.
-RUN python -c "from huggingface_hub import snapshot_download; snapshot_download('BAAI/bge-small-zh-v1.5')" \
-    && chmod -R a+rX /opt/hf \
-    && mkdir -p /data && chown memsvc:memsvc /data
+RUN if [ "$EMBEDDER" = local ]; then \
+      python -c "from huggingface_hub import snapshot_download; snapshot_download('BAAI/bge-small-zh-v1.5')" \
+      && chmod -R a+rX /opt/hf; fi
 
 ENV HF_HUB_OFFLINE=1
 # Export the ONNX graph now, not at the first start (it is most of a cold start's time).
-RUN python -c "from memsvc.config import Settings; from memsvc.embedding.model import load_embedder; load_embedder(Settings(data_dir='/tmp/build'))" \
-    && rm -rf /tmp/build && chown -R memsvc:memsvc /opt/memsvc-model-cache
+RUN if [ "$EMBEDDER" = local ]; then \
+      python -c "from memsvc.config import Settings; from memsvc.embedding.providers import load_embedder; load_embedder(Settings(data_dir='/tmp/build'))" \
+      && rm -rf /tmp/build; fi \
+    && chown -R memsvc:memsvc /opt/memsvc-model-cache
 USER memsvc
 VOLUME ["/data"]
 # gRPC; Prometheus /metrics, /healthz, /readyz. Add MEMSVC_HTTP_LISTEN=0.0.0.0:8080 and

@@ -16,11 +16,11 @@ TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check $(TORCH_FROM) $(TORCH)
-	$(PIP) install -q --disable-pip-version-check -e .
+	$(PIP) install -q --disable-pip-version-check -e ".[local]"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.base
-	$(PIP) install -q --disable-pip-version-check -e ".[dev]"
+	$(PIP) install -q --disable-pip-version-check -e ".[local,dev]"
 	touch $@
 
 run: $(VENV)/.base

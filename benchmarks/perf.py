@@ -38,7 +38,8 @@ from memsvc.domain.hashing import content_hash
 from memsvc.domain.ids import chunk_id
 from memsvc.domain.records import StoredChunk
 from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
-from memsvc.embedding.model import BUNDLED_MODEL_NAME, bundled_model_path, load_embedder
+from memsvc.embedding.model import BUNDLED_MODEL_NAME, bundled_model_path
+from memsvc.embedding.providers import load_embedder
 from memsvc.storage.milvus.store import MilvusChunkStore as ChunkStore
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc

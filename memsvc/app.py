@@ -17,9 +17,9 @@ from memsvc.domain.prefix import KeywordExtractor
 from memsvc.domain.records import ServerDescription
 from memsvc.domain.types import SearchMode
 from memsvc.embedding.batching import QueryBatcher
-from memsvc.embedding.model import Embedder, load_embedder
+from memsvc.embedding.providers import load_embedder
 from memsvc.observability import metrics
-from memsvc.ports import EmbeddingCache, EventLog, IndexQueue, Notifier, WriterLocks
+from memsvc.ports import Embedder, EmbeddingCache, EventLog, IndexQueue, Notifier, WriterLocks
 from memsvc.services import bootstrap
 from memsvc.services.control import IndexControl
 from memsvc.services.deletion import ERASURE_PENDING, DeletionService
@@ -121,7 +121,11 @@ class Services:
             model=info.name,
             model_fallback=info.fallback,
             dim=info.dim,
-            embed_backend=backend.removesuffix("Backend").lower(),
+            embed_backend=(
+                info.provider
+                if info.provider != "local"
+                else backend.removesuffix("Backend").lower()
+            ),
             log_backend="postgres" if self.settings.database_url else "sqlite",
         )
 
@@ -232,10 +236,11 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
     # Replicas starting together: one bootstraps (collection, token counts, identity).
     with locks.hold(BOOTSTRAP):
         store = MilvusChunkStore(
-            uri, settings.collection, embedder.name, embedder.dim, token=settings.milvus_token
+            uri, settings.collection, embedder.identity, token=settings.milvus_token
         )
         bootstrap.recount_tokens_if_tokenizer_changed(events, embedder)
         bootstrap.follow_store_identity(events, store.identity)
+        bootstrap.follow_cache_identity(events, cache, embedder.identity)
     health = Health(events, None if settings.database_url else settings.data_dir)
     policy = ChunkPolicy(
         max_turns=settings.chunk_max_turns,

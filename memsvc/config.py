@@ -40,7 +40,44 @@ class Settings(BaseSettings):
     )
     milvus_token: str = Field("", description="Milvus token (user:password) for a server")
     collection: str = Field("memsvc_chunks", description="Milvus collection name")
-    embed_model: str = Field(DEFAULT_MODEL, description="hub id or local directory")
+    embed_provider: Literal["local", "openai"] = Field(
+        "local",
+        description="local = the model in this process (torch or ONNX Runtime); openai = any"
+        " server of POST /v1/embeddings (TEI, Infinity, Ollama, vLLM, OpenAI)",
+    )
+    embed_model: str = Field(
+        DEFAULT_MODEL,
+        description="local: hub id or local directory; openai: the model name sent",
+    )
+    embed_url: str = Field(
+        "",
+        description="openai: base URL; requests go to {url}/embeddings"
+        " (e.g. http://tei:8080/v1, https://api.openai.com/v1)",
+    )
+    embed_api_key_file: Path | None = Field(
+        None, description="openai: file holding the bearer key (never logged)"
+    )
+    embed_dimensions: int | None = Field(
+        None, ge=1, le=65_536, description="openai: `dimensions` to request (models that cut)"
+    )
+    embed_max_tokens: int = Field(
+        512, ge=16, le=1_000_000, description="openai: tokens the model reads per text"
+    )
+    embed_tokenizer: str = Field(
+        "",
+        description="openai: the model's tokenizer.json (or a directory holding it) for"
+        " exact token counts; empty = a cautious estimate",
+    )
+    embed_timeout_s: float = Field(
+        30.0, gt=0, le=600, description="openai: seconds per request attempt"
+    )
+    embed_max_retries: int = Field(
+        4, ge=0, le=20, description="openai: retries of a request (429, 5xx, connection)"
+    )
+    embed_concurrency: int = Field(4, ge=1, le=64, description="openai: requests in flight at once")
+    embed_batch_tokens: int = Field(
+        8192, ge=64, le=1_000_000, description="openai: estimated tokens per request at most"
+    )
     embed_fallback: bool = Field(
         True, description="use the bundled MiniLM model if embed_model fails"
     )
@@ -55,7 +92,9 @@ class Settings(BaseSettings):
     model_cache_dir: Path | None = Field(
         None, description="where ONNX exports are kept; unset = data_dir/model-cache"
     )
-    embed_batch_size: int = Field(16, ge=1, le=1024, description="passages per forward pass")
+    embed_batch_size: int = Field(
+        16, ge=1, le=2048, description="passages per forward pass (openai: per request)"
+    )
     torch_threads: int = Field(0, ge=0, description="0 = number of CPU cores")
     max_turn_chars: int = Field(
         100_000,
@@ -149,6 +188,10 @@ class Settings(BaseSettings):
                 "max_waiting_calls + max_heavy_calls must leave at least 4 of grpc_workers"
                 " for health checks, appends and searches"
             )
+        if self.embed_provider == "openai" and not self.embed_url.startswith(
+            ("http://", "https://")
+        ):
+            raise ValueError("embed_provider=openai needs embed_url (http:// or https://)")
         if self.database_url and not self.database_url.startswith(("postgresql://", "postgres://")):
             raise ValueError("database_url must be empty (SQLite) or postgresql://...")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):

@@ -19,6 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from memsvc.domain.chunking import StoredTurn
+from memsvc.domain.model_identity import ModelIdentity
 from memsvc.domain.records import (
     Candidate,
     Conversation,
@@ -313,10 +314,12 @@ class Notifier(Protocol):
 
 # -- embeddings -------------------------------------------------------------------------------
 class Embedder(Protocol):
-    """Texts to L2-normalised float32 vectors, and the model's token counts."""
+    """Texts to L2-normalised float32 vectors, and the model's token counts: a model in
+    this process or a remote embedding server."""
 
     info: ModelInfo
     batch_size: int
+    identity: ModelIdentity  # provider, name, dimension, fingerprint of what it writes
 
     @property
     def name(self) -> str: ...
@@ -326,6 +329,11 @@ class Embedder(Protocol):
 
     @property
     def tokenizer_id(self) -> str: ...
+
+    def available(self) -> bool:
+        """False while a remote server is known to be failing (its circuit open): index
+        steps wait for it rather than spend attempts."""
+        ...
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]: ...
 
@@ -351,6 +359,10 @@ class EmbeddingCache(Protocol):
 
     def forget(self, hashes: Sequence[str]) -> None:
         """Erase the vectors of these texts, for every model (privacy purge)."""
+        ...
+
+    def forget_model(self, model: str) -> int:
+        """Drop every vector kept under `model` (another model now answers to the name)."""
         ...
 
     def erase(self) -> None:

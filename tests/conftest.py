@@ -21,7 +21,8 @@ os.environ.setdefault(
 from memsvc.app import Services, build_services
 from memsvc.config import Settings
 from memsvc.domain.types import MemoryEvent
-from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, load_embedder
+from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder
+from memsvc.embedding.providers import load_embedder
 from tests.support.postgres import PostgresCluster
 
 

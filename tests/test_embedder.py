@@ -16,8 +16,8 @@ from memsvc.embedding.model import (
     Embedder,
     _load_flag_model,
     bundled_model_path,
-    load_embedder,
 )
+from memsvc.embedding.providers import load_embedder
 from memsvc.services.projection import embed_passages_cached
 from memsvc.storage.sqlite import open_cache
 from tests.conftest import make_settings

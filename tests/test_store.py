@@ -10,6 +10,7 @@ from structlog.testing import capture_logs
 from memsvc.domain.errors import FailedPrecondition
 from memsvc.domain.hashing import content_hash
 from memsvc.domain.ids import chunk_id
+from memsvc.domain.model_identity import ModelIdentity, encode_fingerprint
 from memsvc.domain.records import StoredChunk
 from memsvc.domain.types import ChunkMetadata, ChunkRecord, SearchFilters, TimestampRange, TurnRange
 from memsvc.ports import SearchScope
@@ -17,6 +18,17 @@ from memsvc.storage.milvus.expressions import quote
 from memsvc.storage.milvus.store import MilvusChunkStore as ChunkStore
 
 DIM = 8
+
+
+def ident(
+    model: str,
+    provider: str = "local",
+    dim: int = DIM,
+    fingerprint: list[list[float]] | None = None,
+) -> ModelIdentity:
+    return ModelIdentity(
+        provider, model, dim, encode_fingerprint(fingerprint) if fingerprint else ""
+    )
 
 
 def record(conv: str, start: int, text: str, deleted: bool = False) -> StoredChunk:
@@ -44,7 +56,7 @@ def test_quote_escapes_quotes_and_backslashes() -> None:
     "evil", ['" or 1==1 or "', 'x" or conversation_id != "', "\\", 'a\\" or 1==1 or \\"']
 )
 def test_injection_never_widens_a_filter(tmp_path: Path, evil: str) -> None:
-    store = ChunkStore(str(tmp_path / "m.db"), "c", "m", DIM)
+    store = ChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
     store.upsert([record("victim", 0, "secret"), record(evil, 2, "mine")])
     expr = SearchScope(SearchFilters(conversation_ids=(evil,)))
     found = store.chunks_of(evil)
@@ -57,7 +69,7 @@ def test_injection_never_widens_a_filter(tmp_path: Path, evil: str) -> None:
 
 
 def test_upsert_get_query_and_replace(tmp_path: Path) -> None:
-    store = ChunkStore(str(tmp_path / "m.db"), "c", "m", DIM)
+    store = ChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
     rows = [record("c1", i * 2, f"text {i}") for i in range(5)]
     store.upsert(rows)
     store.upsert(rows)  # replay: no new rows
@@ -74,7 +86,7 @@ def test_upsert_get_query_and_replace(tmp_path: Path) -> None:
 
 
 def test_keyword_search_is_case_insensitive_and_filtered(tmp_path: Path) -> None:
-    store = ChunkStore(str(tmp_path / "m.db"), "c", "m", DIM)
+    store = ChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
     store.upsert(
         [
             record("c1", 0, "Caroline went to the LGBTQ support group"),
@@ -92,7 +104,7 @@ def test_keyword_search_is_case_insensitive_and_filtered(tmp_path: Path) -> None
 
 
 def test_keyword_search_stems_english_and_keeps_chinese_words(tmp_path: Path) -> None:
-    store = ChunkStore(str(tmp_path / "m.db"), "c", "m", DIM)
+    store = ChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
     store.upsert(
         [
             record("c1", 0, "Melanie painted a sunrise last year"),
@@ -116,12 +128,12 @@ def test_collection_of_an_older_schema_keeps_working_and_says_how_to_upgrade(
 
     monkeypatch.setattr(store_module, "SCHEMA_VERSION", 1)
     monkeypatch.setattr(store_module, "KEYWORD_ANALYZER", {"tokenizer": "jieba"})
-    old = ChunkStore(str(tmp_path / "m.db"), "c", "m", DIM)
+    old = ChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
     old.upsert([record("c1", 0, "Melanie painted a sunrise")])
     old.close()
     monkeypatch.undo()
     with capture_logs() as logs:
-        store = ChunkStore(str(tmp_path / "m.db"), "c", "m", DIM)
+        store = ChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
     assert store.schema_version == 1
     warning = next(e for e in logs if e["event"] == "collection_schema_old")
     assert "MEMSVC_COLLECTION" in warning["remedy"]
@@ -132,11 +144,38 @@ def test_collection_of_an_older_schema_keeps_working_and_says_how_to_upgrade(
 
 
 def test_model_mismatch_is_a_clear_error(tmp_path: Path) -> None:
-    ChunkStore(str(tmp_path / "m.db"), "c", "model-a", DIM).close()
+    ChunkStore(str(tmp_path / "m.db"), "c", ident("model-a")).close()
     with pytest.raises(FailedPrecondition, match="model-a"):
-        ChunkStore(str(tmp_path / "m.db"), "c", "model-b", DIM)
+        ChunkStore(str(tmp_path / "m.db"), "c", ident("model-b"))
     with pytest.raises(FailedPrecondition, match="dim"):
-        ChunkStore(str(tmp_path / "m.db"), "c", "model-a", DIM * 2)
+        ChunkStore(str(tmp_path / "m.db"), "c", ident("model-a", dim=DIM * 2))
+
+
+def _probe_vectors(seed: int) -> list[list[float]]:
+    rng = np.random.default_rng(seed)
+    return [list(v / np.linalg.norm(v)) for v in rng.normal(size=(3, DIM))]
+
+
+def test_the_fingerprint_decides_whatever_the_names(tmp_path: Path) -> None:
+    """Same name, other weights: refused, naming both. Other name (the local model moved
+    to a server), same vectors: served, identity unchanged, so nothing is rebuilt."""
+    a = _probe_vectors(1)
+    first = ChunkStore(str(tmp_path / "m.db"), "c", ident("m", fingerprint=a))
+    identity = first.identity
+    first.close()
+    nearly_a = [list(np.asarray(v) + 1e-4) for v in a]
+    with capture_logs() as logs:
+        served = ChunkStore(
+            str(tmp_path / "m.db"), "c", ident("minilm", "openai", fingerprint=nearly_a)
+        )
+    assert served.identity == identity
+    assert any(e["event"] == "collection_model_alias" for e in logs)
+    served.close()
+    with pytest.raises(FailedPrecondition) as refused:
+        ChunkStore(str(tmp_path / "m.db"), "c", ident("m", fingerprint=_probe_vectors(2)))
+    message = str(refused.value)
+    assert "local model 'm'" in message and "cosine" in message
+    assert "MEMSVC_COLLECTION" in message
 
 
 def _free_port() -> int:
@@ -154,7 +193,7 @@ def test_remote_milvus_uri(tmp_path: Path) -> None:
     assert server.init()
     assert server.start()
     try:
-        store = ChunkStore(f"http://127.0.0.1:{port}", "c", "m", DIM)
+        store = ChunkStore(f"http://127.0.0.1:{port}", "c", ident("m"))
         store.upsert([record("c1", 0, "hello remote")])
         assert store.count() == 1
         assert store.search_keyword("remote", SearchScope(), 5)[0][0] == chunk_id("c1", 0, 1, 1)

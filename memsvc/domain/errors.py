@@ -53,6 +53,18 @@ class EmbedderError(Unavailable):
     reason = "MODEL_ERROR"
 
 
+class EmbedderUnavailable(EmbedderError):
+    """A remote embedding server did not answer usefully (down, slow, throttling, or
+    answering with vectors of the wrong shape): nothing of the call was written; index
+    steps wait for it without counting attempts."""
+
+    reason = "EMBEDDER_UNAVAILABLE"
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class ResourceExhausted(MemsvcError):
     """Too many calls of one kind at once; the caller should retry after `retry_after_s`."""
 

@@ -26,6 +26,7 @@ class ModelInfo:
     # Tokens the model reads per text, the special tokens ([CLS] ... [SEP]) included.
     max_tokens: int = DEFAULT_MAX_TOKENS
     special_tokens: int = 2
+    provider: str = "local"  # local | openai
 
 
 # -- the event log ----------------------------------------------------------------------------
@@ -203,5 +204,5 @@ class ServerDescription:
     model: str
     model_fallback: bool
     dim: int
-    embed_backend: str  # onnx | torch
+    embed_backend: str  # onnx | torch | openai
     log_backend: str  # sqlite | postgres

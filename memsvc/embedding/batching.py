@@ -8,7 +8,12 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from memsvc.domain import deadline
+from memsvc.domain.errors import EmbedderUnavailable
 from memsvc.ports import Embedder
+
+# Time kept back from the caller's deadline to send it the reason.
+REPLY_MARGIN_S = 0.1
 
 
 class QueryBatcher:
@@ -30,7 +35,17 @@ class QueryBatcher:
     def encode(self, text: str) -> np.ndarray:
         future: Future[np.ndarray] = Future()
         self._queue.put((text, future))
-        return future.result()
+        left = deadline.remaining()
+        if left is None:
+            return future.result()
+        try:
+            return future.result(timeout=max(0.0, left - REPLY_MARGIN_S))
+        except TimeoutError:
+            # The batch goes on (bounded by the embedder's own time-out); this caller
+            # hears why before its deadline instead of DEADLINE_EXCEEDED.
+            raise EmbedderUnavailable(
+                "the query embedding did not finish within the call's deadline"
+            ) from None
 
     def close(self) -> None:
         self._queue.put(None)

@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -21,6 +21,7 @@ import numpy as np
 import structlog
 
 from memsvc.config import Settings
+from memsvc.domain.model_identity import ModelIdentity
 from memsvc.domain.records import DEFAULT_MAX_TOKENS, ModelInfo
 from memsvc.embedding.backends import Batch, ModelBackend, model_files_key, select_backend
 from memsvc.observability import metrics
@@ -85,7 +86,7 @@ def _pooling_for(model_dir: Path) -> str:
     return "mean" if data.get("pooling_mode_mean_tokens") else "cls"
 
 
-def _query_instruction(model: str, override: str | None) -> str | None:
+def query_instruction(model: str, override: str | None) -> str | None:
     if override is not None:
         return override or None
     name = model.rstrip("/").rsplit("/", 1)[-1].lower()
@@ -106,6 +107,8 @@ class Embedder:
         self._lock = threading.Lock()
         self._query_lock = threading.Lock()
         self.use_backend(backend)
+        # the fingerprint is filled in once the model runs (memsvc.embedding.providers)
+        self.identity = ModelIdentity("local", info.name, info.dim, "")
 
     def use_backend(self, backend: ModelBackend) -> None:
         """Run on `backend` from now on (start-up; tests swap in a failing one)."""
@@ -123,6 +126,12 @@ class Embedder:
     @property
     def tokenizer_id(self) -> str:
         return f"{self.info.name}:{type(self._tokenizer).__name__}:{len(self._tokenizer)}"
+
+    def available(self) -> bool:
+        return True  # in this process: up whenever the service is
+
+    def close(self) -> None:
+        pass
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Model tokens of each text, special tokens excluded, no truncation."""
@@ -149,7 +158,9 @@ class Embedder:
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
                 batch = {key: [encoded[key][i] for i in idx] for key in encoded}
-                out[idx] = self.backend.encode(self._tokenizer.pad(batch, return_tensors="np"))
+                out[idx] = _counted(
+                    self.backend.encode, self._tokenizer.pad(batch, return_tensors="np")
+                )
             metrics.EMBED_DURATION.labels("passage").observe(time.perf_counter() - started)
         metrics.EMBEDDED_TEXTS.labels("passage").inc(len(texts))
         return out
@@ -166,10 +177,21 @@ class Embedder:
             started = time.perf_counter()
             prompted = [instruction + t for t in texts]
             batch = tokenize(self._tokenizer, prompted, self.info.max_tokens)
-            vectors = self.query_backend.encode(batch)
+            vectors = _counted(self.query_backend.encode, batch)
             metrics.EMBED_DURATION.labels("query").observe(time.perf_counter() - started)
         metrics.EMBEDDED_TEXTS.labels("query").inc(len(texts))
         return vectors
+
+
+def _counted(encode: Callable[[Batch], np.ndarray], batch: Batch) -> np.ndarray:
+    """One forward pass, counted in memsvc_embed_requests_total{provider="local"}."""
+    try:
+        vectors = encode(batch)
+    except Exception:
+        metrics.EMBED_REQUESTS.labels("local", "error").inc()
+        raise
+    metrics.EMBED_REQUESTS.labels("local", "ok").inc()
+    return vectors
 
 
 def _load_flag_model(path: str, pooling: str, instruction: str | None, batch: int) -> Any:
@@ -186,7 +208,7 @@ def _load_flag_model(path: str, pooling: str, instruction: str | None, batch: in
     )
 
 
-def load_embedder(settings: Settings) -> Embedder:
+def load_local_embedder(settings: Settings) -> Embedder:
     """Load the configured model; on failure, the bundled MiniLM model if fallback is allowed."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -205,7 +227,7 @@ def load_embedder(settings: Settings) -> Embedder:
     try:
         model_dir = resolve_model_dir(model)
         pooling = _pooling_for(model_dir)
-        instruction = _query_instruction(model, settings.query_instruction)
+        instruction = query_instruction(model, settings.query_instruction)
         flag = _load_flag_model(str(model_dir), pooling, instruction, settings.embed_batch_size)
         name = model
     except Exception as exc:
@@ -216,7 +238,7 @@ def load_embedder(settings: Settings) -> Embedder:
             ) from exc
         model_dir = bundled_model_path()
         pooling = _pooling_for(model_dir)
-        instruction = _query_instruction(BUNDLED_MODEL_NAME, settings.query_instruction)
+        instruction = query_instruction(BUNDLED_MODEL_NAME, settings.query_instruction)
         flag = _load_flag_model(str(model_dir), pooling, instruction, settings.embed_batch_size)
         name = BUNDLED_MODEL_NAME
         fallback = True

@@ -106,6 +106,25 @@ EMBEDDED_TEXTS = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+EMBED_REQUESTS = Counter(
+    "memsvc_embed_requests",
+    "Embedding requests by provider (local | openai) and outcome: ok | throttled |"
+    " server_error | timeout | connection_error | refused | bad_response | circuit_open"
+    " (a remote server's answers; for the local model, ok | error per model call).",
+    ["provider", "outcome"],
+    registry=REGISTRY,
+)
+EMBED_OUTCOMES = (
+    "ok",
+    "throttled",
+    "server_error",
+    "timeout",
+    "connection_error",
+    "refused",
+    "bad_response",
+    "circuit_open",
+    "error",
+)
 CACHE_LOOKUPS = Counter(
     "memsvc_embed_cache_lookups",
     "Passage embeddings looked up in the cache, by result: hit | miss.",
@@ -282,6 +301,8 @@ for _outcome in ("upserted", "updated", "unchanged", "retired", "deleted", "purg
     CHUNKS_WRITTEN.labels(_outcome)
 for _kind in ("passage", "query"):
     EMBEDDED_TEXTS.labels(_kind)
+for _outcome in ("ok", "error"):
+    EMBED_REQUESTS.labels("local", _outcome)
 for _result in ("hit", "miss"):
     CACHE_LOOKUPS.labels(_result)
 for _reason in (

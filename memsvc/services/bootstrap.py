@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import structlog
 
-from memsvc.ports import Embedder, EventLog
+from memsvc.domain.model_identity import ModelIdentity, mismatch
+from memsvc.ports import Embedder, EmbeddingCache, EventLog
 
 log = structlog.get_logger(__name__)
 
@@ -50,3 +51,28 @@ def follow_store_identity(events: EventLog, identity: str) -> None:
             was=previous,
             now=identity,
         )
+
+
+def follow_cache_identity(events: EventLog, cache: EmbeddingCache, identity: ModelIdentity) -> None:
+    """Cached vectors are kept by model name; the fingerprint recorded for the name says
+    whether the model answering to it now writes the same vectors. If not (new weights
+    under an old name, a server serving another model), the name's vectors are dropped:
+    a cache never hands one model's vectors to another."""
+    key = f"cache_fingerprint:{identity.cache_key}"
+    with events.snapshot() as r:
+        recorded = r.get_meta(key)
+    if recorded == identity.fingerprint:
+        return
+    if recorded is not None:
+        before = ModelIdentity(identity.provider, identity.model, identity.dim, recorded)
+        why = mismatch(before, identity)
+        if why is not None:
+            dropped = cache.forget_model(identity.cache_key)
+            log.warning(
+                "embed_cache_model_changed",
+                model=identity.cache_key,
+                why=why,
+                dropped_vectors=dropped,
+            )
+    with events.transaction() as tx:
+        tx.set_meta(key, identity.fingerprint)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from memsvc.domain.errors import DiskFull, StoreUnavailable
+from memsvc.domain.errors import DiskFull, EmbedderUnavailable, StoreUnavailable
 from memsvc.domain.records import QueueItem
 from memsvc.domain.types import STALE_REASONS, ChunkRecord, UpsertResult
 from memsvc.ports import ChunkStore, EventLog, IndexQueue, Notifier, WriterLocks
@@ -164,9 +164,14 @@ class IndexWorker:
             with self._cycle:
                 self._release_leftovers()
                 items: list[QueueItem] = []
-                # An outage or a full disk is nobody's fault: wait for it instead of failing
-                # attempts.
-                if self.health.writable and self.store.up and not self.paused:
+                # An outage (store, embedding server) or a full disk is nobody's fault:
+                # wait for it instead of failing attempts.
+                if (
+                    self.health.writable
+                    and self.store.up
+                    and self.projector.embedder.available()
+                    and not self.paused
+                ):
                     try:
                         items = self.queue.lease(
                             None,
@@ -271,9 +276,14 @@ class IndexWorker:
 
     def _fail(self, item: QueueItem, exc: BaseException) -> None:
         self.health.observe(exc)
-        if isinstance(exc, StoreUnavailable | DiskFull) or self._stop.is_set() or not self.store.up:
-            # An outage, a full disk or a shutdown, not this conversation's fault: hand the
-            # lease back without counting an attempt; it is taken again later.
+        if (
+            isinstance(exc, StoreUnavailable | DiskFull | EmbedderUnavailable)
+            or self._stop.is_set()
+            or not self.store.up
+        ):
+            # An outage (store, embedding server), a full disk or a shutdown, not this
+            # conversation's fault: hand the lease back without counting an attempt; it is
+            # taken again once the outage ends.
             log.warning(
                 "index_deferred", conversation_id=item.conversation_id, error=str(exc)[:300]
             )

@@ -524,7 +524,7 @@ def embed_passages_cached(
 ) -> np.ndarray:
     """Vectors for `texts`, running the model only on texts the cache has not seen."""
     hashes = [text_hash(t) for t in texts]
-    cached = cache.get_many(embedder.name, hashes)
+    cached = cache.get_many(embedder.identity.cache_key, hashes)
     missing = list(dict.fromkeys(h for h in hashes if h not in cached))
     metrics.CACHE_LOOKUPS.labels("hit").inc(len(hashes) - len(missing))
     metrics.CACHE_LOOKUPS.labels("miss").inc(len(missing))
@@ -532,7 +532,7 @@ def embed_passages_cached(
         by_hash = {h: t for h, t in zip(hashes, texts, strict=True)}
         vectors = embedder.encode_passages([by_hash[h] for h in missing])
         fresh = dict(zip(missing, vectors, strict=True))
-        cache.put_many(embedder.name, fresh)
+        cache.put_many(embedder.identity.cache_key, fresh)
         cached.update(fresh)
     out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
     for i, h in enumerate(hashes):

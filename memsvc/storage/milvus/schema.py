@@ -1,6 +1,6 @@
 """The collection: its fields, indexes and analyzer, and the marker in its description that
-records the schema version, embedding model and dimension (opening it with another model is
-an error, never a mix of vectors)."""
+records the schema version and the embedder's identity (provider, model, dimension,
+fingerprint): opening it with another model is an error, never a mix of vectors."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from memsvc.domain.limits import (
     MAX_PARTICIPANTS,
     MAX_TIMESTAMP_CHARS,
 )
+from memsvc.domain.model_identity import ModelIdentity, mismatch
 
 log = structlog.get_logger(__name__)
 
@@ -57,25 +58,38 @@ CURRENT_SINCE = 3
 
 
 def ensure_collection(
-    client: Any, collection: str, uri: str, model: str, dim: int
+    client: Any, collection: str, uri: str, model: ModelIdentity
 ) -> tuple[int, str]:
     """Opens (loads) the collection, or creates it; returns its schema version and its
     identity (an id made when the collection was created: the log recognises the same
-    collection at another address). A collection written with another model or dimension
-    is FailedPrecondition with the remedy."""
+    collection at another address). A collection written by another model (another
+    dimension, or a fingerprint that disagrees) is FailedPrecondition with the remedy;
+    the same vectors under another name (the local model moved to a server) are not."""
     if client.has_collection(collection):
         desc = client.describe_collection(collection).get("description", "")
         try:
             found = json.loads(desc)
         except ValueError:
             found = {}
-        if found.get("model") != model or found.get("dim") != dim:
+        recorded = ModelIdentity.from_json(found if isinstance(found, dict) else {})
+        why = mismatch(recorded, model)
+        if why is not None:
             raise FailedPrecondition(
-                f"collection {collection!r} at {uri} holds vectors of model"
-                f" {found.get('model')!r} (dim {found.get('dim')}), but the active model is"
-                f" {model!r} (dim {dim}). Start with the model the data was written"
-                " with, or use another collection (MEMSVC_COLLECTION) or data dir and"
-                " rebuild from the event log."
+                f"collection {collection!r} at {uri} holds vectors of {recorded.describe()},"
+                f" but the configured embedder is {model.describe()}: {why}. Vectors of two"
+                " models cannot be searched together. To move to the configured model, set"
+                " MEMSVC_COLLECTION to a new name: memsvc rebuilds every conversation into it"
+                " from the event log (progress in `memsvc status`), then drop the old"
+                " collection. To keep serving the old vectors, configure the model they were"
+                " written with."
+            )
+        if (recorded.provider, recorded.model) != (model.provider, model.model):
+            log.info(
+                "collection_model_alias",
+                collection=collection,
+                recorded=recorded.describe(),
+                configured=model.describe(),
+                note="the same vectors (fingerprints agree): served without a rebuild",
             )
         version = int(found.get("memsvc_schema", 1))
         if version < SCHEMA_VERSION:
@@ -99,18 +113,24 @@ def ensure_collection(
         client.load_collection(collection)
         # Collections made before they had an id are known by their address.
         identity = found.get("store_id") or f"{uri}|{collection}"
-        return version, f"{identity}|{model}|{dim}"
+        return version, f"{identity}|{recorded.model}|{recorded.dim}"
     store_id = uuid.uuid4().hex
-    marker = {"memsvc_schema": SCHEMA_VERSION, "model": model, "dim": dim, "store_id": store_id}
+    marker = {"memsvc_schema": SCHEMA_VERSION, **model.to_json(), "store_id": store_id}
     try:
-        _create(client, collection, json.dumps(marker), dim)
+        _create(client, collection, json.dumps(marker), model.dim)
     except Exception:
         if not client.has_collection(collection):
             raise
         # another process sharing the store created it meanwhile: open theirs
-        return ensure_collection(client, collection, uri, model, dim)
-    log.info("collection_created", collection=collection, model=model, dim=dim)
-    return SCHEMA_VERSION, f"{store_id}|{model}|{dim}"
+        return ensure_collection(client, collection, uri, model)
+    log.info(
+        "collection_created",
+        collection=collection,
+        model=model.model,
+        dim=model.dim,
+        provider=model.provider,
+    )
+    return SCHEMA_VERSION, f"{store_id}|{model.model}|{model.dim}"
 
 
 def _create(client: Any, collection: str, description: str, dim: int) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 import structlog
 
 from memsvc.domain.errors import DiskFull, FailedPrecondition, StoreUnavailable
+from memsvc.domain.model_identity import ModelIdentity
 from memsvc.domain.records import Candidate, StoredChunk
 from memsvc.domain.text import epoch_ms
 from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
@@ -141,16 +142,16 @@ class MilvusChunkStore:
     watch (memsvc.storage.milvus.watch) drives it. For Milvus Lite, reconnecting restarts
     its server process on the same file."""
 
-    def __init__(self, uri: str, collection: str, model: str, dim: int, token: str = "") -> None:
+    def __init__(self, uri: str, collection: str, model: ModelIdentity, token: str = "") -> None:
         self.uri = uri
         self.collection = collection
         self.model = model
-        self.dim = dim
+        self.dim = model.dim
         self._token = token
         self._client = self._connect()
         self._up = threading.Event()
         self.schema_version, self.identity = schema.ensure_collection(
-            self._client, collection, uri, model, dim
+            self._client, collection, uri, model
         )
         self._up.set()
 
@@ -218,7 +219,7 @@ class MilvusChunkStore:
                 old.close()
             self._client = self._connect()
             self.schema_version, self.identity = schema.ensure_collection(
-                self._client, self.collection, self.uri, self.model, self.dim
+                self._client, self.collection, self.uri, self.model
             )
         except FailedPrecondition:
             raise

@@ -42,6 +42,12 @@ class SqlEmbeddingCache:
         with self.database.transaction() as sql:
             sql.many("DELETE FROM vectors WHERE text_hash = ?", ((h,) for h in hashes))
 
+    def forget_model(self, model: str) -> int:
+        with self.database.transaction() as sql:
+            row = sql.one("SELECT COUNT(*) FROM vectors WHERE model = ?", (model,))
+            sql.run("DELETE FROM vectors WHERE model = ?", (model,))
+        return int(row[0]) if row else 0
+
     def count(self) -> int:
         with self.database.snapshot() as sql:
             row = sql.one("SELECT COUNT(*) FROM vectors")

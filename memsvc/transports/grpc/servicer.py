@@ -13,6 +13,7 @@ import grpc
 import structlog
 
 from memsvc.app import Services
+from memsvc.domain import deadline
 from memsvc.domain.errors import InvalidArgument, Starting
 from memsvc.domain.types import SearchRequest, TurnRange
 from memsvc.observability import metrics
@@ -60,6 +61,7 @@ def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
             counts: dict[str, Any] = {}
             self.in_flight.enter()
             metrics.RPC_IN_FLIGHT.inc()
+            call_deadline = deadline.set_remaining(context.time_remaining())
             try:
                 response = fn(self, request, context)
                 counts = summary(response)
@@ -72,6 +74,7 @@ def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
                     self._services.health.observe(exc)
                 context.abort_with_status(status_of(code, message, exc))
             finally:
+                deadline.reset(call_deadline)
                 self.in_flight.leave()
                 metrics.RPC_IN_FLIGHT.dec()
                 elapsed = time.perf_counter() - start

@@ -18,6 +18,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[i
 
 from memsvc.domain.errors import (
     Cancelled,
+    EmbedderUnavailable,
     FailedPrecondition,
     InvalidArgument,
     MemsvcError,
@@ -85,7 +86,7 @@ def status_of(code: grpc.StatusCode, message: str, exc: BaseException) -> RichSt
     if not isinstance(exc, MemsvcError):
         return rich_status(code, message, reason="INTERNAL")
     retry: float | None = None
-    if isinstance(exc, ResourceExhausted):
+    if isinstance(exc, ResourceExhausted | EmbedderUnavailable):
         retry = exc.retry_after_s
     elif isinstance(exc, Unavailable):
         retry = 1.0

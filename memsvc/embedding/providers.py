@@ -1,0 +1,125 @@
+"""The configured embedder (MEMSVC_EMBED_PROVIDER), with its identity fingerprinted: the
+vectors it writes for fixed probe texts, recorded beside what it stores so a different
+model cannot silently join them (memsvc.domain.model_identity)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import structlog
+
+from memsvc.config import Settings
+from memsvc.domain.errors import EmbedderError, EmbedderUnavailable
+from memsvc.domain.model_identity import PROBE_TEXTS, ModelIdentity, encode_fingerprint
+from memsvc.ports import Embedder
+
+log = structlog.get_logger(__name__)
+
+# Waiting for a remote server at start: retries back off to this.
+START_RETRY_MAX_S = 5.0
+
+
+def load_embedder(settings: Settings) -> Embedder:
+    """The local model, or a client of an OpenAI-compatible server (which must answer
+    before the service serves: start-up waits for it, logging why)."""
+    if settings.embed_provider == "openai":
+        embedder: Embedder = _remote(settings)
+    else:
+        try:
+            from memsvc.embedding.model import load_local_embedder
+        except ImportError as exc:  # pragma: no cover - the slim install
+            raise RuntimeError(_SLIM_INSTALL) from exc
+        try:
+            embedder = load_local_embedder(settings)
+        except ImportError as exc:
+            raise RuntimeError(f"{_SLIM_INSTALL} ({exc})") from exc
+    embedder.identity = fingerprinted(embedder)
+    return embedder
+
+
+_SLIM_INSTALL = (
+    "MEMSVC_EMBED_PROVIDER=local needs the local model's packages (torch, FlagEmbedding,"
+    " ONNX Runtime): pip install 'memsvc[local]', or serve with MEMSVC_EMBED_PROVIDER=openai"
+)
+
+
+def fingerprinted(embedder: Embedder) -> ModelIdentity:
+    vectors = embedder.encode_passages(list(PROBE_TEXTS))
+    return dataclasses.replace(embedder.identity, fingerprint=encode_fingerprint(vectors.tolist()))
+
+
+def _remote(settings: Settings) -> Embedder:
+    from memsvc.embedding.model import query_instruction
+    from memsvc.embedding.remote import RemoteConfig, RemoteEmbedder, headers
+    from memsvc.embedding.tokens import TokenCounter
+
+    key = ""
+    if settings.embed_api_key_file is not None:
+        key = settings.embed_api_key_file.read_text().strip()
+    config = RemoteConfig(
+        url=settings.embed_url,
+        model=settings.embed_model,
+        api_key=key,
+        dimensions=settings.embed_dimensions,
+        timeout_s=settings.embed_timeout_s,
+        max_retries=settings.embed_max_retries,
+        concurrency=settings.embed_concurrency,
+        batch_size=settings.embed_batch_size,
+        batch_tokens=settings.embed_batch_tokens,
+        max_tokens=settings.embed_max_tokens,
+        query_instruction=query_instruction(settings.embed_model, settings.query_instruction),
+    )
+    tokens = TokenCounter.load(settings.embed_tokenizer)
+    # The dimension: as configured, else what the server answers for one probe.
+    dim = settings.embed_dimensions or _wait_for_dimension(settings, headers(key))
+    embedder = RemoteEmbedder(config, tokens, dim)
+    log.info(
+        "embedder_remote",
+        url=settings.embed_url,
+        model=settings.embed_model,
+        dim=dim,
+        tokenizer=tokens.id,
+        key="set" if key else "none",
+    )
+    return embedder
+
+
+def _wait_for_dimension(settings: Settings, request_headers: dict[str, str]) -> int:
+    """Ask the server until it answers: a server still starting (connection refused,
+    503) is waited for; one that refuses the request (a wrong key or model) is an error."""
+    import httpx
+
+    pause = 0.5
+    while True:
+        try:
+            reply = httpx.post(
+                settings.embed_url.rstrip("/") + "/embeddings",
+                json={"model": settings.embed_model, "input": [PROBE_TEXTS[0]]},
+                headers=request_headers,
+                timeout=settings.embed_timeout_s,
+            )
+        except httpx.TransportError as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            if reply.status_code == 200:
+                try:
+                    return len(reply.json()["data"][0]["embedding"])
+                except (ValueError, KeyError, IndexError, TypeError) as exc:
+                    raise EmbedderError(
+                        f"{settings.embed_url}/embeddings answered without an embedding: {exc}"
+                    ) from None
+            if reply.status_code not in (429, 500, 502, 503, 504):
+                raise EmbedderUnavailable(
+                    f"{settings.embed_url}/embeddings refused model {settings.embed_model!r}:"
+                    f" HTTP {reply.status_code} {' '.join(reply.text.split())[:200]}"
+                )
+            reason = f"HTTP {reply.status_code}"
+        log.warning(
+            "embedder_waiting",
+            url=settings.embed_url,
+            reason=reason[:200],
+            retry_in_s=pause,
+        )
+        time.sleep(pause)
+        pause = min(START_RETRY_MAX_S, pause * 2)

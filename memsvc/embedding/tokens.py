@@ -1,0 +1,57 @@
+"""Token counts for a model served elsewhere: its tokenizer when given one (a
+`tokenizer.json`, read by the `tokenizers` library without torch), else a cautious
+estimate. Counts decide chunk sizes and which turns are too long, so an estimate errs on
+the high side: chunks come out a little smaller than the model could take."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ESTIMATE_ID = "estimate-v1"
+
+
+class TokenCounter:
+    def __init__(self, tokenizer: Any = None, source: str = "") -> None:
+        self._tokenizer = tokenizer
+        self.id = f"tokenizer:{source}:{tokenizer.get_vocab_size()}" if tokenizer else ESTIMATE_ID
+        # [CLS]/[SEP] and the like, which the server adds to every text
+        self.special_tokens = 2
+
+    @staticmethod
+    def load(source: str) -> TokenCounter:
+        """`source`: a tokenizer.json, a directory holding one, or empty for the estimate."""
+        if not source:
+            return TokenCounter()
+        from tokenizers import Tokenizer
+
+        path = Path(source).expanduser()
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        if path.is_file():
+            return TokenCounter(Tokenizer.from_file(str(path)), source)
+        return TokenCounter(Tokenizer.from_pretrained(source), source)
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        if self._tokenizer is None:
+            return [estimate_tokens(t) for t in texts]
+        encoded = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [len(e.ids) for e in encoded]
+
+
+_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
+def estimate_tokens(text: str) -> int:
+    """At least what BERT-family and tiktoken tokenizers produce for most text: one per
+    character outside ASCII (CJK is one token per character, or fewer), one per ASCII
+    punctuation mark, one per three letters or digits of a word (English words average
+    four or more characters per token)."""
+    words = _WORD.findall(text)
+    letters = sum(len(w) for w in words)
+    other_ascii = sum(1 for ch in text if ch < "\x80" and not ch.isspace())
+    non_ascii = sum(1 for ch in text if ch >= "\x80" and not ch.isspace())
+    return sum(math.ceil(len(w) / 3) for w in words) + (other_ascii - letters) + non_ascii
