@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: run test test-fleet eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
+.PHONY: run test test-fleet test-embedders infinity-venv eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,24 @@ test: $(VENV)/.dev
 # the tests share the fleet; one kills a replica, the last restarts the database).
 test-fleet: $(VENV)/.dev
 	$(PY) -m pytest -q -m fleet -p no:cacheprovider tests/fleet $(PYTEST_ARGS)
+
+# Embedding through a real OpenAI-compatible server: Infinity (in .venv-infinity, torch
+# first as for memsvc) serving the bundled model. The search and integrity suites run
+# again through it, then tests/embedders (parity, faults, identity, the slim install).
+INFINITY_VENV := .venv-infinity
+$(INFINITY_VENV)/.done: tests/infinity-requirements.txt
+	test -x $(INFINITY_VENV)/bin/python || $(PYTHON) -m venv $(INFINITY_VENV)
+	$(INFINITY_VENV)/bin/pip install -q --disable-pip-version-check $(TORCH_FROM) $(TORCH)
+	$(INFINITY_VENV)/bin/pip install -q --disable-pip-version-check -r tests/infinity-requirements.txt
+	touch $@
+infinity-venv: $(INFINITY_VENV)/.done
+
+REMOTE_SUITES := tests/test_search.py tests/test_integrity.py tests/test_integrity_v3.py \
+	tests/test_integrity_stateful.py tests/test_chunking.py
+test-embedders: $(VENV)/.dev $(INFINITY_VENV)/.done
+	$(PY) -m tests.support.embedding_server $(PY) -m pytest -q -n $(TEST_WORKERS) \
+		-p no:cacheprovider $(REMOTE_SUITES) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m embedders -p no:cacheprovider tests/embedders $(PYTEST_ARGS)
 
 # Long randomized run of the write-path state machine (MEMSVC_SOAK_EXAMPLES, default 1000).
 soak: $(VENV)/.dev
@@ -125,4 +143,4 @@ bench-peer-venv: benchmarks/peer-requirements.txt
 	$(PEER_VENV)/bin/pip install -q --disable-pip-version-check -r benchmarks/peer-requirements.txt
 
 clean:
-	rm -rf $(VENV) $(PEER_VENV) data clients/node_modules clients/ts/gen
+	rm -rf $(VENV) $(PEER_VENV) $(INFINITY_VENV) data clients/node_modules clients/ts/gen

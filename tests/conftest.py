@@ -37,9 +37,30 @@ def make_settings(data_dir: Path, **kw: object) -> Settings:
     return Settings(**base)  # type: ignore[arg-type]
 
 
+def remote_settings(data_dir: Path, url: str, **kw: object) -> Settings:
+    """The bundled model served by an OpenAI-compatible server (Infinity in tests), with
+    its tokenizer for exact token counts."""
+    from tests.support.embedding_server import REMOTE_MODEL_NAME, bundled_model_dir
+
+    base: dict[str, object] = {
+        "embed_provider": "openai",
+        "embed_url": url,
+        "embed_model": REMOTE_MODEL_NAME,
+        "embed_tokenizer": str(bundled_model_dir()),
+    }
+    base.update(kw)
+    return make_settings(data_dir, **base)
+
+
 @pytest.fixture(scope="session")
 def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
-    return load_embedder(make_settings(tmp_path_factory.mktemp("model")))
+    """The bundled model in this process; or, with MEMSVC_TEST_EMBED_URL set (make
+    test-embedders), the same model behind a real OpenAI-compatible server, so the same
+    search and integrity suites run through either provider."""
+    url = os.environ.get("MEMSVC_TEST_EMBED_URL")
+    if url:
+        return load_embedder(remote_settings(tmp_path_factory.mktemp("model"), url))  # type: ignore[return-value]
+    return load_embedder(make_settings(tmp_path_factory.mktemp("model")))  # type: ignore[return-value]
 
 
 @pytest.fixture()

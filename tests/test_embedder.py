@@ -20,7 +20,7 @@ from memsvc.embedding.model import (
 from memsvc.embedding.providers import load_embedder
 from memsvc.services.projection import embed_passages_cached
 from memsvc.storage.sqlite import open_cache
-from tests.conftest import make_settings
+from tests.conftest import EN_TURNS, ZH_TURNS, make_settings
 from tests.support.faults import failing_model
 
 
@@ -199,3 +199,16 @@ def test_unusable_onnx_falls_back_to_torch_with_a_warning(
         load_embedder(
             make_settings(tmp_path, embed_backend="onnx", model_cache_dir=blocked / "models")
         )
+
+
+def test_a_served_models_tokens_are_counted_like_the_local_ones(embedder: Embedder) -> None:
+    """The tokenizer.json of a model served elsewhere counts as the local tokenizer does:
+    its exporter's truncation (128) and padding are off (they split every chunk)."""
+    from memsvc.embedding.tokens import TokenCounter, estimate_tokens
+
+    texts = [*EN_TURNS, *ZH_TURNS, "word " * 600, "1, 2, 3!!! ok?"]
+    exact = TokenCounter.load(str(bundled_model_path()))
+    assert exact.count(texts) == embedder.count_tokens(texts)
+    # Without a tokenizer the estimate errs high, never low, on text like the service's.
+    assert TokenCounter().count(texts) == [estimate_tokens(t) for t in texts]
+    assert all(e >= n for e, n in zip(TokenCounter().count(texts), exact.count(texts), strict=True))

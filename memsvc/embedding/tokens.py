@@ -16,6 +16,11 @@ ESTIMATE_ID = "estimate-v1"
 
 class TokenCounter:
     def __init__(self, tokenizer: Any = None, source: str = "") -> None:
+        if tokenizer is not None:
+            # tokenizer.json files often carry the exporter's truncation and padding: a
+            # count is of the whole text, unpadded
+            tokenizer.no_truncation()
+            tokenizer.no_padding()
         self._tokenizer = tokenizer
         self.id = f"tokenizer:{source}:{tokenizer.get_vocab_size()}" if tokenizer else ESTIMATE_ID
         # [CLS]/[SEP] and the like, which the server adds to every text

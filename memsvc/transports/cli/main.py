@@ -36,7 +36,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--milvus-uri", help="Milvus server URI (env MEMSVC_MILVUS_URI)")
     serve.add_argument("--collection", help="Milvus collection (env MEMSVC_COLLECTION)")
-    serve.add_argument("--embed-model", help="hub id or directory (env MEMSVC_EMBED_MODEL)")
+    serve.add_argument(
+        "--embed-provider",
+        choices=["local", "openai"],
+        help="local = the model in this process; openai = an OpenAI-compatible embedding"
+        " server (env MEMSVC_EMBED_PROVIDER, default local)",
+    )
+    serve.add_argument(
+        "--embed-model",
+        help="local: hub id or directory; openai: the model name sent (env MEMSVC_EMBED_MODEL)",
+    )
+    serve.add_argument(
+        "--embed-url", help="openai: base URL, {url}/embeddings is called (env MEMSVC_EMBED_URL)"
+    )
     serve.add_argument(
         "--embed-fallback",
         action=argparse.BooleanOptionalAction,
