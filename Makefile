@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: run test test-fleet test-embedders infinity-venv eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
+.PHONY: run test test-fleet test-embedders infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -135,6 +135,10 @@ bench-fleet: $(VENV)/.dev
 # bench-perf also runs the LangChain peer (benchmarks/peer_langchain.py) when .venv-peer exists.
 bench-perf: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/perf.py $(ARGS)
+
+# The local model against the same model behind Infinity (.venv-infinity, make infinity-venv).
+bench-embedders: $(VENV)/.dev $(INFINITY_VENV)/.done
+	PYTHONPATH=. $(PY) benchmarks/embedders.py $(ARGS)
 
 PEER_VENV := .venv-peer
 bench-peer-venv: benchmarks/peer-requirements.txt

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent.futures import Future
 
 import numpy as np
@@ -28,14 +29,17 @@ class QueryBatcher:
     def __init__(self, embedder: Embedder, max_batch: int = 32) -> None:
         self.embedder = embedder
         self.max_batch = max_batch
-        self._queue: queue.SimpleQueue[tuple[str, Future[np.ndarray]] | None] = queue.SimpleQueue()
+        # (text, its caller's deadline as time.monotonic() or None, the answer)
+        self._queue: queue.SimpleQueue[tuple[str, float | None, Future[np.ndarray]] | None] = (
+            queue.SimpleQueue()
+        )
         self._thread = threading.Thread(target=self._run, name="query-batcher", daemon=True)
         self._thread.start()
 
     def encode(self, text: str) -> np.ndarray:
         future: Future[np.ndarray] = Future()
-        self._queue.put((text, future))
         left = deadline.remaining()
+        self._queue.put((text, None if left is None else time.monotonic() + left, future))
         if left is None:
             return future.result()
         try:
@@ -66,11 +70,17 @@ class QueryBatcher:
                     self._queue.put(None)  # finish this batch, then stop
                     break
                 batch.append(item)
+            # A remote embedder gives up when the last caller of the batch has left.
+            ends = [end for _, end, _ in batch]
+            latest = None if None in ends else max(e for e in ends if e is not None)
+            token = deadline.set_remaining(None if latest is None else latest - time.monotonic())
             try:
-                vectors = self.embedder.encode_queries([text for text, _ in batch])
+                vectors = self.embedder.encode_queries([text for text, _, _ in batch])
             except Exception as exc:
-                for _, future in batch:
+                for _, _, future in batch:
                     future.set_exception(exc)
                 continue
-            for (_, future), vector in zip(batch, vectors, strict=True):
+            finally:
+                deadline.reset(token)
+            for (_, _, future), vector in zip(batch, vectors, strict=True):
                 future.set_result(vector)

@@ -56,7 +56,12 @@ def _remote(settings: Settings) -> Embedder:
 
     key = ""
     if settings.embed_api_key_file is not None:
-        key = settings.embed_api_key_file.read_text().strip()
+        try:
+            key = settings.embed_api_key_file.read_text().strip()
+        except OSError as exc:
+            raise RuntimeError(
+                f"MEMSVC_EMBED_API_KEY_FILE {settings.embed_api_key_file}: {exc.strerror}"
+            ) from None
     config = RemoteConfig(
         url=settings.embed_url,
         model=settings.embed_model,

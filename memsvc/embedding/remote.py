@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -56,7 +56,7 @@ CIRCUIT_MAX_S = 30.0
 class RemoteConfig:
     url: str  # base URL; requests go to {url}/embeddings
     model: str
-    api_key: str = ""
+    api_key: str = field(default="", repr=False)  # never in a log line or a traceback
     dimensions: int | None = None
     timeout_s: float = 30.0
     max_retries: int = 4
@@ -138,6 +138,8 @@ class RemoteEmbedder:
         )
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="embed-remote")
         self._circuit = _Circuit()
+        for outcome in metrics.EMBED_OUTCOMES[:-1]:  # every series from the start, at 0
+            metrics.EMBED_REQUESTS.labels(PROVIDER, outcome)
 
     # -- memsvc.ports.Embedder ----------------------------------------------------------
     @property
@@ -163,7 +165,9 @@ class RemoteEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         started = time.perf_counter()
         batches = self._batches(list(texts))
-        results = list(self._pool.map(self._embed, [b for _, b in batches]))
+        # The pool's threads do not see this call's deadline (a contextvar): pass it on.
+        until = self._budget_end()
+        results = list(self._pool.map(lambda b: self._embed(b, until), [b for _, b in batches]))
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for (start, batch), vectors in zip(batches, results, strict=True):
             out[start : start + len(batch)] = vectors
@@ -201,8 +205,15 @@ class RemoteEmbedder:
         out.append((start, texts[start:]))
         return out
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        """One batch, retried within its budget; vectors checked and normalised."""
+    def _budget_end(self) -> float:
+        """When a call must be done: its caller's deadline, else every attempt's time-out."""
+        left = deadline.remaining()
+        if left is None:
+            left = self.config.timeout_s * (self.config.max_retries + 1)
+        return time.monotonic() + left
+
+    def _embed(self, texts: list[str], until: float | None = None) -> np.ndarray:
+        """One batch, retried until `until` (monotonic); vectors checked and normalised."""
         wait = self._circuit.wait_s()
         if wait > 0:
             metrics.EMBED_REQUESTS.labels(PROVIDER, "circuit_open").inc()
@@ -211,10 +222,7 @@ class RemoteEmbedder:
                 f" ({self._circuit.reason}); next try in {wait:.1f}s",
                 retry_after_s=max(wait, 0.1),
             )
-        left = deadline.remaining()
-        budget_end = time.monotonic() + (
-            left if left is not None else self.config.timeout_s * (self.config.max_retries + 1)
-        )
+        budget_end = until if until is not None else self._budget_end()
         attempt = 0
         while True:
             try:

@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from structlog.testing import capture_logs
 
 from memsvc.app import Services, build_services
 from memsvc.domain.errors import EmbedderUnavailable
@@ -243,3 +244,17 @@ def test_vectors_of_the_wrong_dimension_are_never_stored(
 def remote_ok(services: Services) -> bool:
     services.worker.notify()
     return services.embedder.available()
+
+
+def test_the_key_is_sent_as_a_bearer_token_and_never_logged(
+    tmp_path: Path, proxy: FaultProxy
+) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-test-0123456789\n")
+    with capture_logs() as logs:
+        remote = load_embedder(
+            remote_settings(tmp_path / "m", proxy.url, embed_api_key_file=key_file)
+        )
+        remote.encode_passages(["hello"])
+    assert proxy.faults.authorization[-1] == "Bearer sk-test-0123456789"
+    assert "sk-test" not in repr(logs) and "sk-test" not in repr(remote.config)  # type: ignore[attr-defined]

@@ -114,6 +114,7 @@ class Faults:
     delay_s: float = 0.0  # before forwarding
     cut_to_dim: int = 0  # vectors truncated to this many dimensions
     seen: list[int] = field(default_factory=list)  # statuses answered, in order
+    authorization: list[str] = field(default_factory=list)  # Authorization headers received
 
 
 class FaultProxy:
@@ -168,6 +169,7 @@ class FaultProxy:
     def _forward(self, handler: BaseHTTPRequestHandler, body: bytes | None) -> None:
         with self._lock:
             faults = self.faults
+            faults.authorization.append(handler.headers.get("Authorization", ""))
             throttled = faults.throttle > 0
             if throttled:
                 faults.throttle -= 1
