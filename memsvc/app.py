@@ -137,6 +137,7 @@ class Services:
             self.health.disk_full,
             self.health.log_up,
             chunks_stored=self._chunks_stored(),
+            embedder_up=self.embedder.available(),
         )
 
     def _chunks_stored(self) -> int | None:

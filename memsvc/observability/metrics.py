@@ -176,6 +176,7 @@ class GaugeReading:
     disk_full: bool = False
     log_up: bool = True
     chunks_stored: int | None = None
+    embedder_up: bool = True
 
 
 class ServiceGauges(Collector):  # type: ignore[misc]
@@ -221,6 +222,12 @@ class ServiceGauges(Collector):  # type: ignore[misc]
             "memsvc_store_up",
             "1 while the vector store answers, 0 while it is down.",
             value=1 if reading.store_up else 0,
+        )
+        yield GaugeMetricFamily(
+            "memsvc_embedder_up",
+            "1 while the embedder answers; 0 while a remote embedding server's circuit is"
+            " open (searches UNAVAILABLE, indexing waits). Always 1 for the local model.",
+            value=1 if reading.embedder_up else 0,
         )
         yield GaugeMetricFamily(
             "memsvc_log_up",

@@ -100,6 +100,7 @@ def test_a_server_killed_mid_ingest_loses_nothing_and_fails_no_attempt(
         with pytest.raises(EmbedderUnavailable) as down:
             services.search.search(SearchRequest("passport", 3))
         assert down.value.retry_after_s > 0
+        assert services.gauges().embedder_up is False
         status = services.queue.status(convs)
         assert all(s.state != "failed" and s.attempts == 0 for s in status), status
         stored_while_down = services.store.count(deleted=False)
