@@ -99,10 +99,18 @@ class _Circuit:
 
 
 class _Retryable(Exception):
-    def __init__(self, outcome: str, message: str, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        outcome: str,
+        message: str,
+        retry_after_s: float | None = None,
+        cut_short: bool = False,
+    ) -> None:
         super().__init__(message)
         self.outcome = outcome
         self.retry_after_s = retry_after_s
+        # a time-out shorter than the configured one: the caller's deadline ran out first
+        self.cut_short = cut_short
 
 
 class RemoteEmbedder:
@@ -166,8 +174,8 @@ class RemoteEmbedder:
         started = time.perf_counter()
         batches = self._batches(list(texts))
         # The pool's threads do not see this call's deadline (a contextvar): pass it on.
-        until = self._budget_end()
-        results = list(self._pool.map(lambda b: self._embed(b, until), [b for _, b in batches]))
+        budget = self._budget()
+        results = list(self._pool.map(lambda b: self._embed(b, budget), [b for _, b in batches]))
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for (start, batch), vectors in zip(batches, results, strict=True):
             out[start : start + len(batch)] = vectors
@@ -205,15 +213,16 @@ class RemoteEmbedder:
         out.append((start, texts[start:]))
         return out
 
-    def _budget_end(self) -> float:
-        """When a call must be done: its caller's deadline, else every attempt's time-out."""
+    def _budget(self) -> tuple[float, bool]:
+        """When a call must be done (time.monotonic()), and whether that is its caller's
+        deadline (else every attempt's time-out)."""
         left = deadline.remaining()
         if left is None:
-            left = self.config.timeout_s * (self.config.max_retries + 1)
-        return time.monotonic() + left
+            return time.monotonic() + self.config.timeout_s * (self.config.max_retries + 1), False
+        return time.monotonic() + left, True
 
-    def _embed(self, texts: list[str], until: float | None = None) -> np.ndarray:
-        """One batch, retried until `until` (monotonic); vectors checked and normalised."""
+    def _embed(self, texts: list[str], budget: tuple[float, bool] | None = None) -> np.ndarray:
+        """One batch, retried within `budget`; vectors checked and normalised."""
         wait = self._circuit.wait_s()
         if wait > 0:
             metrics.EMBED_REQUESTS.labels(PROVIDER, "circuit_open").inc()
@@ -222,7 +231,7 @@ class RemoteEmbedder:
                 f" ({self._circuit.reason}); next try in {wait:.1f}s",
                 retry_after_s=max(wait, 0.1),
             )
-        budget_end = until if until is not None else self._budget_end()
+        budget_end, callers = budget if budget is not None else self._budget()
         attempt = 0
         while True:
             try:
@@ -233,8 +242,17 @@ class RemoteEmbedder:
                 if exc.retry_after_s is not None:
                     pause = max(pause, exc.retry_after_s)
                 attempt += 1
-                if attempt > self.config.max_retries or time.monotonic() + pause >= budget_end:
-                    cool = self._circuit.failure(str(exc), at_least_s=exc.retry_after_s or 0.0)
+                exhausted = attempt > self.config.max_retries
+                if exhausted or time.monotonic() + pause >= budget_end:
+                    # A caller's short deadline says nothing of the server (a slow answer
+                    # may suit the next caller): only the server's own failures, or its
+                    # request to wait, open the circuit.
+                    blame_server = not (callers and exc.cut_short)
+                    cool = (
+                        self._circuit.failure(str(exc), at_least_s=exc.retry_after_s or 0.0)
+                        if blame_server
+                        else max(pause, 0.1)
+                    )
                     log.warning(
                         "embedder_unavailable",
                         url=self.config.url,
@@ -266,13 +284,14 @@ class RemoteEmbedder:
             body["dimensions"] = self.config.dimensions
         remaining = budget_end - time.monotonic()
         if remaining <= 0:
-            raise _Retryable("timeout", "no time left within the call's deadline")
+            raise _Retryable("timeout", "no time left within the call's deadline", cut_short=True)
         timeout = min(self.config.timeout_s, remaining)
         try:
             reply = self._client.post("/embeddings", json=body, timeout=timeout)
         except httpx.TimeoutException as exc:
             what = f"no answer within {timeout:.1f}s ({type(exc).__name__})"
-            raise _Retryable("timeout", what) from None
+            short = timeout < self.config.timeout_s
+            raise _Retryable("timeout", what, cut_short=short) from None
         except httpx.TransportError as exc:
             raise _Retryable("connection_error", f"{type(exc).__name__}: {exc}") from None
         status = reply.status_code

@@ -172,10 +172,15 @@ def test_a_search_within_a_short_deadline_hears_why(tmp_path: Path, proxy: Fault
     running.mark_ready(services)
     try:
         proxy.faults.delay_s = 4.0
+        timeouts = requests_counted("timeout")
         with pytest.raises(grpc.RpcError) as short:
             _stub(running).EmbedDb(_search("passport"), timeout=1.0)
         assert short.value.code() == grpc.StatusCode.UNAVAILABLE, short.value
         assert "deadline" in (short.value.details() or "")
+        # The request behind it gave up at the caller's deadline too; a caller's short
+        # deadline is not the server's failure: the circuit stays closed for the others.
+        until(lambda: requests_counted("timeout") > timeouts, 30, "the request gave up")
+        assert services.embedder.available()
     finally:
         proxy.faults.delay_s = 0.0
         running.stop(0)
