@@ -11,9 +11,16 @@ _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 )
 
 
+# gRPC reports a call without a deadline as ~10^11 s left: beyond this, no deadline (and
+# no wait whose time-out overflows the platform's time_t).
+NO_DEADLINE_BEYOND_S = 10 * 365 * 86_400
+
+
 def set_remaining(seconds: float | None) -> contextvars.Token[float | None]:
-    """The call has `seconds` left (None: no deadline)."""
-    return _DEADLINE.set(None if seconds is None else time.monotonic() + seconds)
+    """The call has `seconds` left (None, or more than ten years: no deadline)."""
+    if seconds is None or seconds > NO_DEADLINE_BEYOND_S:
+        return _DEADLINE.set(None)
+    return _DEADLINE.set(time.monotonic() + seconds)
 
 
 def reset(token: contextvars.Token[float | None]) -> None:
