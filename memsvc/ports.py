@@ -339,6 +339,11 @@ class Embedder(Protocol):
 
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray: ...
 
+    def probe(self, texts: Sequence[str]) -> np.ndarray:
+        """Passage vectors for the model identity's probe texts, left out of the counters
+        of callers' work (a restart embeds them and nothing else)."""
+        ...
+
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray: ...
 
 

@@ -147,6 +147,14 @@ class Embedder:
         without its per-call set-up: FlagEmbedding runs the first batch twice on every call
         (a batch-size probe), which doubles the cost of the small batches an upsert sends.
         """
+        return self._passages(texts, metered=True)
+
+    def probe(self, texts: Sequence[str]) -> np.ndarray:
+        """Passage vectors of the identity's probe texts: not callers' work, so outside
+        memsvc_embedded_texts_total and memsvc_embed_duration_seconds."""
+        return self._passages(texts, metered=False)
+
+    def _passages(self, texts: Sequence[str], metered: bool) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         # Tokenise once; sort by length so each batch pads little, as FlagEmbedding does.
@@ -161,8 +169,10 @@ class Embedder:
                 out[idx] = _counted(
                     self.backend.encode, self._tokenizer.pad(batch, return_tensors="np")
                 )
-            metrics.EMBED_DURATION.labels("passage").observe(time.perf_counter() - started)
-        metrics.EMBEDDED_TEXTS.labels("passage").inc(len(texts))
+            if metered:
+                metrics.EMBED_DURATION.labels("passage").observe(time.perf_counter() - started)
+        if metered:
+            metrics.EMBEDDED_TEXTS.labels("passage").inc(len(texts))
         return out
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:

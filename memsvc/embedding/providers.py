@@ -45,7 +45,7 @@ _SLIM_INSTALL = (
 
 
 def fingerprinted(embedder: Embedder) -> ModelIdentity:
-    vectors = embedder.encode_passages(list(PROBE_TEXTS))
+    vectors = embedder.probe(list(PROBE_TEXTS))
     return dataclasses.replace(embedder.identity, fingerprint=encode_fingerprint(vectors.tolist()))
 
 

@@ -169,9 +169,18 @@ class RemoteEmbedder:
         return self._tokens.count(texts)
 
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
+        started = time.perf_counter()
+        out = self.probe(texts)
+        if texts:
+            metrics.EMBED_DURATION.labels("passage").observe(time.perf_counter() - started)
+            metrics.EMBEDDED_TEXTS.labels("passage").inc(len(texts))
+        return out
+
+    def probe(self, texts: Sequence[str]) -> np.ndarray:
+        """Passage vectors outside memsvc_embedded_texts_total and the embed duration (the
+        identity's probe texts are not callers' work); requests are counted as any."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        started = time.perf_counter()
         batches = self._batches(list(texts))
         # The pool's threads do not see this call's deadline (a contextvar): pass it on.
         budget = self._budget()
@@ -179,8 +188,6 @@ class RemoteEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for (start, batch), vectors in zip(batches, results, strict=True):
             out[start : start + len(batch)] = vectors
-        metrics.EMBED_DURATION.labels("passage").observe(time.perf_counter() - started)
-        metrics.EMBEDDED_TEXTS.labels("passage").inc(len(texts))
         return out
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
