@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from memsvc.embedding.model import (
 from memsvc.embedding.providers import load_embedder
 from memsvc.services.projection import embed_passages_cached
 from memsvc.storage.sqlite import open_cache
+from memsvc.transports.grpc.server import StoppedDuringStartup
 from tests.conftest import EN_TURNS, ZH_TURNS, make_settings
 from tests.support.faults import failing_model
 
@@ -74,6 +76,30 @@ def test_fallback_to_bundled_model_is_fast_and_warns(
     loaded = load_embedder(make_settings(tmp_path, embed_model="BAAI/bge-small-zh-v1.5"))
     assert time.perf_counter() - start < 60  # no network time-out loop
     assert loaded.info.fallback and loaded.name == BUNDLED_MODEL_NAME
+
+
+@pytest.mark.parametrize(
+    "step", ["memsvc.embedding.model._load_flag_model", "memsvc.embedding.backends._checked_onnx"]
+)
+def test_a_stop_signal_during_the_load_is_not_taken_for_a_load_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """SIGTERM while the model loaded landed in a fallback's `except Exception`: the server
+    loaded the bundled model (or torch) instead, served, and only then stopped."""
+
+    module, _, name = step.rpartition(".")
+    real = getattr(importlib.import_module(module), name)
+    signalled = [False]
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        if not signalled[0]:  # the signal arrives once; a fallback's second try would load
+            signalled[0] = True
+            raise StoppedDuringStartup("SIGTERM")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(step, interrupted)
+    with pytest.raises(StoppedDuringStartup):
+        load_embedder(make_settings(tmp_path, embed_backend="auto"))
 
 
 def test_no_fallback_is_an_error(tmp_path: Path) -> None:

@@ -266,9 +266,11 @@ def check_exposure(settings: Settings) -> None:
     )
 
 
-class StoppedDuringStartup(Exception):
+class StoppedDuringStartup(BaseException):
     """SIGINT or SIGTERM before the service was ready: the start is abandoned (build_services
-    closes what it opened), and the process exits cleanly."""
+    closes what it opened), and the process exits cleanly. A BaseException, as
+    KeyboardInterrupt is: the model load's fallbacks (`except Exception`: another model, torch
+    instead of ONNX) must not swallow it and carry on to serve."""
 
 
 # Start-up failures with a cause the operator can act on: a one-line message, no traceback.
