@@ -6,6 +6,7 @@ import atexit
 import os
 import platform
 import shutil
+import statistics
 import tempfile
 
 # Before anything imports tqdm: no progress bars from FlagEmbedding in benchmark output.
@@ -57,3 +58,63 @@ def scratch_dir(prefix: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=prefix))
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
+
+
+class ServerTimes:
+    """Where a server's time went between two scrapes of its metrics port: per RPC
+    (memsvc_rpc_duration_seconds) and per stage (memsvc_stage_duration_seconds)."""
+
+    def __init__(self, metrics_port: int) -> None:
+        self.port = metrics_port
+        self.before = self._scrape()
+
+    def _scrape(self) -> dict[tuple[str, ...], tuple[float, float]]:
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        body = urllib.request.urlopen(url, timeout=10).read().decode()
+        sums: dict[tuple[str, ...], list[float]] = {}
+        for family in text_string_to_metric_families(body):
+            for s in family.samples:
+                if s.name == "memsvc_stage_duration_seconds_sum":
+                    key: tuple[str, ...] = ("stage", s.labels["operation"], s.labels["stage"])
+                elif s.name == "memsvc_stage_duration_seconds_count":
+                    key = ("stage", s.labels["operation"], s.labels["stage"])
+                elif s.name in (
+                    "memsvc_rpc_duration_seconds_sum",
+                    "memsvc_rpc_duration_seconds_count",
+                ):
+                    key = ("rpc", s.labels["method"])
+                else:
+                    continue
+                slot = sums.setdefault(key, [0.0, 0.0])
+                slot[0 if s.name.endswith("_sum") else 1] += s.value
+        return {k: (v[0], v[1]) for k, v in sums.items()}
+
+    def since(self, calls: int, operation: str, rpcs: Sequence[str]) -> dict[str, float]:
+        """Mean milliseconds per call of each RPC in `rpcs` and of each stage of
+        `operation`, over `calls` calls, since this object was made (or last asked)."""
+        after = self._scrape()
+        keys = [("rpc", m) for m in rpcs] + [("stage", operation, s) for s in STAGES[operation]]
+        out = {}
+        for key in keys:
+            spent = after.get(key, (0.0, 0.0))[0] - self.before.get(key, (0.0, 0.0))[0]
+            if spent > 0:
+                out[key[-1]] = spent * 1000 / calls
+        self.before = after
+        return out
+
+
+def breakdown(runs: Sequence[dict[str, float]]) -> str:
+    """Medians over runs of ServerTimes.since's figures, in call order."""
+    keys = list(dict.fromkeys(k for r in runs for k in r))
+    return ", ".join(f"{k} {statistics.median(r.get(k, 0.0) for r in runs):.2f}" for k in keys)
+
+
+# memsvc_stage_duration_seconds's stages, in the order a call runs them.
+STAGES = {
+    "search": ("embed", "keyword", "dense", "fuse", "read", "verify"),
+    "write": ("check", "read", "tokens", "embed", "store", "bookkeep", "settle"),
+}

@@ -100,6 +100,26 @@ EMBED_DURATION = Histogram(
     buckets=_EMBED_BUCKETS,
     registry=REGISTRY,
 )
+# A stage of a search is a millisecond or less on a small store.
+_STAGE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+STAGE_DURATION = Histogram(
+    "memsvc_stage_duration_seconds",
+    "Time of one stage of a search, or of a write of chunks (Upsert, an index step),"
+    " by operation and stage. search: embed | keyword | dense | fuse | read | verify;"
+    " write: check | read | tokens | embed | store | bookkeep | settle. A hybrid search's"
+    " keyword stage runs during its embed and dense stages.",
+    ["operation", "stage"],
+    buckets=_STAGE_BUCKETS,
+    registry=REGISTRY,
+)
+
+
+def stage(operation: str, name: str) -> Any:
+    """A context manager timing one stage into memsvc_stage_duration_seconds: the
+    breakdown `make bench-perf` prints, and an operator's view of a slow search."""
+    return STAGE_DURATION.labels(operation, name).time()
+
+
 EMBEDDED_TEXTS = Counter(
     "memsvc_embedded_texts",
     "Texts run through the model, by kind: passage | query.",
@@ -128,6 +148,13 @@ EMBED_OUTCOMES = (
 CACHE_LOOKUPS = Counter(
     "memsvc_embed_cache_lookups",
     "Passage embeddings looked up in the cache, by result: hit | miss.",
+    ["result"],
+    registry=REGISTRY,
+)
+SEARCH_RECORD_LOOKUPS = Counter(
+    "memsvc_search_record_lookups",
+    "Records of a hybrid search's hits looked up among those recently returned, by"
+    " result: hit (not read again) | miss (read from the store).",
     ["result"],
     registry=REGISTRY,
 )

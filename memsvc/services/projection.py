@@ -50,6 +50,7 @@ from memsvc.domain.types import (
     UpsertResult,
 )
 from memsvc.observability import metrics
+from memsvc.observability.metrics import stage
 from memsvc.ports import ChunkStore, Embedder, EmbeddingCache, EventLog, LogWriter, WriterLocks
 
 log = structlog.get_logger(__name__)
@@ -304,16 +305,20 @@ class Projector:
     def _store_records(
         self, records: Sequence[ChunkRecord], errors: list[RecordError]
     ) -> UpsertResult:
-        authored = self._authored(records, errors)
+        with stage("write", "check"):
+            authored = self._authored(records, errors)
         # The model is the slow part: embed before taking any lock. Texts already stored
         # with identical content need no vector; the cache makes the rest cheap on replays.
-        existing = self.store.get([r.chunk_id for r in authored])
+        with stage("write", "read"):
+            existing = self.store.get([r.chunk_id for r in authored])
         need = [r for r in authored if not _holds(existing.get(r.chunk_id), r)]
-        need = self._drop_too_long(need, errors)
+        with stage("write", "tokens"):
+            need = self._drop_too_long(need, errors)
         too_long = {e.chunk_id for e in errors if e.reason == REASON_TOO_LONG}
         authored = [r for r in authored if r.chunk_id not in too_long]
         texts = list(dict.fromkeys(r.text for r in need))
-        vectors = dict(zip(texts, self.embed(texts), strict=True))
+        with stage("write", "embed"):
+            vectors = dict(zip(texts, self.embed(texts), strict=True))
         counts = _Counts()
         by_conv: dict[str, list[ChunkRecord]] = {}
         for r in authored:
@@ -321,7 +326,8 @@ class Projector:
         for conv, group in by_conv.items():
             with self.locks.hold(conv):
                 self._write(conv, group, vectors, errors, counts)
-                self.settle(conv)
+                with stage("write", "settle"):
+                    self.settle(conv)
         for outcome in ("upserted", "updated", "unchanged"):
             metrics.CHUNKS_WRITTEN.labels(outcome).inc(getattr(counts, outcome))
         metrics.count_upsert_failures([e.reason for e in errors])
@@ -390,11 +396,13 @@ class Projector:
     ) -> None:
         """Under the conversation's lock: check authorship again, write, bookkeep. A chunk
         of the active version is written `current` (what default searches read)."""
-        records = self._authored(records, errors)
-        with self.log.snapshot() as view:
-            row = view.conversation(conv)
-        active = row.active_version if row is not None else 0
-        existing = self.store.get([r.chunk_id for r in records])
+        with stage("write", "bookkeep"):
+            records = self._authored(records, errors)
+            with self.log.snapshot() as view:
+                row = view.conversation(conv)
+            active = row.active_version if row is not None else 0
+        with stage("write", "read"):
+            existing = self.store.get([r.chunk_id for r in records])
         writes: list[StoredChunk] = []
         for r in records:
             old = existing.get(r.chunk_id)
@@ -412,10 +420,12 @@ class Projector:
             else:
                 counts.updated += 1
         self.locks.ensure(conv)
-        self.store.upsert(writes)
-        with self.log.transaction() as tx:
-            tx.mark_indexed([(r.chunk_id, text_hash(r.text)) for r in records])
-        counts.retired += self.retire_superseded(conv)
+        with stage("write", "store"):
+            self.store.upsert(writes)
+        with stage("write", "bookkeep"):
+            with self.log.transaction() as tx:
+                tx.mark_indexed([(r.chunk_id, text_hash(r.text)) for r in records])
+            counts.retired += self.retire_superseded(conv)
 
     def _drop_too_long(
         self, records: list[ChunkRecord], errors: list[RecordError]

@@ -156,6 +156,11 @@ def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
         assert total(metrics["memsvc_embedded_texts_total"], kind="passage") >= 3
         assert total(metrics["memsvc_embedded_texts_total"], kind="query") >= 2
         assert metrics["memsvc_store_up"][()] == 1
+        stages = metrics["memsvc_stage_duration_seconds_count"]
+        for stage in ("embed", "keyword", "dense", "fuse", "read", "verify"):
+            assert total(stages, operation="search", stage=stage) >= 2, stage
+        for stage in ("check", "embed", "store", "bookkeep", "settle"):
+            assert total(stages, operation="write", stage=stage) >= 1, stage
         # paused with a turn appended since: the lag is visible
         assert total(metrics["memsvc_index_conversations"]) == 1
         assert total(metrics["memsvc_index_conversations"], state="pending") == 1
