@@ -27,6 +27,7 @@ from memsvc.services.health import Health
 from memsvc.services.indexing import IndexWorker, WorkerSettings
 from memsvc.services.ingest import IngestService
 from memsvc.services.projection import Projector
+from memsvc.services.recent_records import RecentRecords
 from memsvc.services.search import Fusion, SearchService, SearchTuning
 from memsvc.storage import datadir, sqlite
 from memsvc.storage.milvus import lite
@@ -267,7 +268,14 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         keyword_weight=settings.search_keyword_weight,
         fusion=Fusion(settings.search_fusion),
     )
-    search = SearchService(store, events, embedder, QueryBatcher(embedder), tuning)
+    search = SearchService(
+        store,
+        events,
+        embedder,
+        QueryBatcher(embedder),
+        tuning,
+        RecentRecords(settings.search_recent_records),
+    )
     log.info("store_ready", uri=store.uri, collection=store.collection)
     worker = IndexWorker(
         events,

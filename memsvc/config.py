@@ -120,6 +120,12 @@ class Settings(BaseSettings):
     search_dense_weight: float = Field(
         1.0, ge=0.0, description="hybrid fusion weight of the dense list"
     )
+    search_recent_records: int = Field(
+        10_000,
+        ge=0,
+        description="records of recent hybrid hits kept in memory (~3 KiB each) so a search"
+        " returning them again need not read them from the store; 0 reads every time",
+    )
     grpc_workers: int = Field(16, ge=1, le=256)
     max_waiting_calls: int = Field(
         4, ge=1, le=256, description="concurrent WaitForIndexed calls; more: RESOURCE_EXHAUSTED"

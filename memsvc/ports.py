@@ -448,7 +448,10 @@ class ChunkStore(Protocol):
 
     def search_dense(
         self, vector: np.ndarray, scope: SearchScope, limit: int, whole: bool = False
-    ) -> list[Candidate]: ...
+    ) -> list[Candidate]:
+        """The nearest chunks in scope: ids, scores and content hashes, and whole records
+        when `whole`."""
+        ...
 
     def search_keyword(
         self, text: str, scope: SearchScope, limit: int, whole: bool = False

@@ -19,7 +19,8 @@ from memsvc.domain.types import (
     TurnRange,
 )
 from memsvc.services.fusion import dedup_text, mmr_select, rrf_fuse, score_fuse
-from tests.conftest import EN_TURNS, conversation
+from memsvc.services.recent_records import RecentRecords
+from tests.conftest import EN_TURNS, conversation, turn
 
 
 def chunk(n: int, text: str, vec: list[float]) -> StoredChunk:
@@ -153,6 +154,8 @@ def test_hit_removed_between_search_and_read_is_replaced_by_the_next(
     request = SearchRequest("golden retriever hiking", top_k)
     _, _, before = services.search.search(request)
     removed = before[0].chunk_id
+    # the first search's hits are not read again: forget them so this one reads
+    monkeypatch.setattr(services.search, "recent", RecentRecords(0))
     real_get = services.store.get
 
     def get_without(chunk_ids: list[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
@@ -185,3 +188,79 @@ def test_single_list_search_reads_whole_records_in_the_search(
     assert hits and reads == []
     for h in hits:
         assert (h.text, h.metadata) == (stored[h.chunk_id].text, stored[h.chunk_id].metadata)
+
+
+def counted_reads(services: Services, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    reads: list[list[str]] = []
+    real_get = services.store.get
+
+    def counting_get(chunk_ids: list[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
+        reads.append(list(chunk_ids))
+        return real_get(chunk_ids, with_vectors)
+
+    monkeypatch.setattr(services.store, "get", counting_get)
+    return reads
+
+
+def stored_records(services: Services, conv: str) -> dict[str, ChunkRecord]:
+    return {c.record.chunk_id: c.record for c in services.store.chunks_of(conv, deleted=None)}
+
+
+def test_hybrid_hits_returned_recently_are_not_read_again(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services.ingest.upsert(services.ingest.build(conversation("again", EN_TURNS)).chunks)
+    reads = counted_reads(services, monkeypatch)
+    request = SearchRequest("golden retriever hiking", 3)
+    _, _, first = services.search.search(request)
+    assert first and reads and {h.chunk_id for h in first} <= {c for r in reads for c in r}
+    reads.clear()
+    _, _, second = services.search.search(request)
+    assert second == first and reads == []
+
+
+def test_a_recent_record_is_never_returned_once_its_chunk_changed_or_was_deleted(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records are kept by content hash: an edited chunk is read anew (its hash changed),
+    a deleted one is left out (the log says so), an audit reads the deleted flag."""
+    texts = [f"{t} (day {i})" for i, t in enumerate(EN_TURNS * 2)]
+    services.ingest.upsert(services.ingest.build(conversation("edit", texts)).chunks)
+    request = SearchRequest("golden retriever hiking", 4)
+    _, _, before = services.search.search(request)
+    hit = before[0]
+    edited_turn = hit.metadata.turn_range.start
+    edit = turn("edit", edited_turn, "Biscuit is a golden retriever who hates hiking now.")
+    services.ingest.upsert(services.ingest.build([edit]).chunks)
+    _, _, after = services.search.search(request)
+    now = stored_records(services, "edit")
+    assert after
+    for h in after:  # what the store holds now, never what was kept before the edit
+        assert (h.text, h.metadata) == (now[h.chunk_id].text, now[h.chunk_id].metadata)
+    assert any("hates hiking" in h.text for h in after)
+
+    kept = after[0]
+    services.deletion.delete("edit", kept.metadata.turn_range, [])
+    _, _, live = services.search.search(request)
+    assert kept.chunk_id not in {h.chunk_id for h in live}
+    audit = SearchRequest(
+        "golden retriever hiking", 20, filters=SearchFilters(include_deleted=True)
+    )
+    _, _, everything = services.search.search(audit)
+    deleted = {h.chunk_id: h.metadata.deleted for h in everything}
+    assert deleted.get(kept.chunk_id) is True
+
+
+def test_recent_records_keep_the_most_recent_without_vectors() -> None:
+    recent = RecentRecords(2)
+    a, b, c = (chunk(i, f"text {i}", [1, 0]) for i in range(3))
+    a, b, c = (dataclasses.replace(x, content_hash=f"h{i}") for i, x in enumerate((a, b, c)))
+    recent.keep([a, b])
+    assert recent.take([(a.record.chunk_id, "h0")]) == {
+        a.record.chunk_id: dataclasses.replace(a, vector=None)
+    }
+    recent.keep([c])  # b was used least recently: it goes
+    wanted = [(x.record.chunk_id, f"h{i}") for i, x in enumerate((a, b, c))]
+    assert set(recent.take(wanted)) == {a.record.chunk_id, c.record.chunk_id}
+    assert recent.take([(a.record.chunk_id, "another hash"), (a.record.chunk_id, "")]) == {}
+    assert RecentRecords(0).take(wanted) == {}

@@ -27,8 +27,10 @@ from memsvc.domain.errors import Cancelled, InvalidArgument
 from memsvc.domain.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K
 from memsvc.domain.records import Candidate, Scored, StoredChunk
 from memsvc.domain.types import Hit, SearchMode, SearchRequest
+from memsvc.observability.metrics import stage
 from memsvc.ports import ChunkStore, Embedder, EventLog, QueryEncoder, SearchScope
 from memsvc.services.fusion import dedup_text, mmr_select, rrf_fuse, score_fuse
+from memsvc.services.recent_records import RecentRecords
 
 DEFAULT_TOP_K = 6
 # Candidates per list in hybrid mode. A chunk missing from one list gets nothing from it,
@@ -61,12 +63,14 @@ class SearchService:
         embedder: Embedder,
         queries: QueryEncoder,
         tuning: SearchTuning,
+        recent: RecentRecords,
     ) -> None:
         self.store = store
         self.log = log
         self.embedder = embedder
         self.tuning = tuning
         self.queries = queries
+        self.recent = recent
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="keyword")
 
     def close(self) -> None:
@@ -154,42 +158,59 @@ class SearchService:
         candidates: list[Candidate]
         if mode is SearchMode.HYBRID:
             # BM25 needs no vector: run it while the query is being embedded.
-            keyword_future = self._pool.submit(
-                self.store.search_keyword, req.query_text, scope, pool
-            )
-            dense = self.store.search_dense(self.queries.encode(req.query_text), scope, pool)
+            keyword_future = self._pool.submit(self._keyword, req.query_text, scope, pool)
+            dense = self._dense(req.query_text, scope, pool)
             keyword = keyword_future.result()
             fuse = score_fuse if self.tuning.fusion is Fusion.SCORE else rrf_fuse
-            ranked = fuse(
-                [_scored(dense), _scored(keyword)],
-                [self.tuning.dense_weight, self.tuning.keyword_weight],
-            )
+            with stage("search", "fuse"):
+                ranked = fuse(
+                    [_scored(dense), _scored(keyword)],
+                    [self.tuning.dense_weight, self.tuning.keyword_weight],
+                )
             candidates = dense + keyword
         else:
             # A single list without MMR has few candidates: read their whole records in
             # the search itself, not in a second round trip after it.
             whole = not req.mmr_lambda
             if mode is SearchMode.DENSE:
-                vector = self.queries.encode(req.query_text)
-                candidates = self.store.search_dense(vector, scope, pool, whole)
+                candidates = self._dense(req.query_text, scope, pool, whole)
             else:
-                candidates = self.store.search_keyword(req.query_text, scope, pool, whole)
+                candidates = self._keyword(req.query_text, scope, pool, whole)
             ranked = _scored(candidates)
         if req.mmr_lambda and len(ranked) > top_k:
             head = ranked[: max(MMR_POOL, top_k * 4)]
-            records = self._verified(
-                self.store.get([cid for cid, _ in head], with_vectors=True), audit
-            )
+            with stage("search", "read"):
+                read = self.store.get([cid for cid, _ in head], with_vectors=True)
+            records = self._verified(read, audit)
             picked = mmr_select(dedup_text(head, records), records, top_k, req.mmr_lambda)
             top = sorted(picked, key=lambda x: -x[1])
         else:
             known = {c.chunk_id: c.stored for c in candidates if c.stored is not None}
-            top, records = self._top_unique(ranked, top_k, self._verified(known, audit), audit)
+            # Read by the search, or recently with the same content hash: no second read.
+            # The deleted flag is not in the hash: an audit reads what is stored now.
+            hashes = {} if audit else {c.chunk_id: c.content_hash for c in candidates}
+            top, records = self._top_unique(
+                ranked, top_k, self._verified(known, audit), audit, hashes
+            )
         hits = [
             Hit(cid, score, records[cid].record.text, records[cid].record.metadata)
             for cid, score in top
         ]
         return mode, top_k, hits
+
+    def _dense(
+        self, query: str, scope: SearchScope, pool: int, whole: bool = False
+    ) -> list[Candidate]:
+        with stage("search", "embed"):
+            vector = self.queries.encode(query)
+        with stage("search", "dense"):
+            return self.store.search_dense(vector, scope, pool, whole)
+
+    def _keyword(
+        self, query: str, scope: SearchScope, pool: int, whole: bool = False
+    ) -> list[Candidate]:
+        with stage("search", "keyword"):
+            return self.store.search_keyword(query, scope, pool, whole)
 
     def _scope(self, req: SearchRequest, access: Access) -> SearchScope:
         """The filters in normal form, within what the token may read: its prefixes when it
@@ -216,6 +237,12 @@ class SearchService:
         (include deleted) keeps the layout's deleted chunks too."""
         if not records:
             return {}
+        with stage("search", "verify"):
+            return self._verified_now(records, audit)
+
+    def _verified_now(
+        self, records: Mapping[str, StoredChunk], audit: bool
+    ) -> dict[str, StoredChunk]:
         ids = list(records)
         convs = {s.record.metadata.conversation_id for s in records.values()}
         with self.log.snapshot() as r:
@@ -250,6 +277,7 @@ class SearchService:
         top_k: int,
         known: Mapping[str, StoredChunk],
         audit: bool,
+        hashes: Mapping[str, str],
     ) -> tuple[list[Scored], dict[str, StoredChunk]]:
         """The first `top_k` candidates with distinct texts, and their records. Records
         the search returned whole are `known`; the others are read top_k at first, then
@@ -267,7 +295,14 @@ class SearchService:
             missing = [cid for cid, _ in part if cid not in read]
             if missing:
                 read.update(missing)
-                records.update(self._verified(self.store.get(missing), audit))
+                found = self.recent.take([(cid, hashes[cid]) for cid in missing if cid in hashes])
+                unread = [cid for cid in missing if cid not in found]
+                if unread:
+                    with stage("search", "read"):
+                        fresh = self.store.get(unread)
+                    self.recent.keep(fresh.values())
+                    found.update(fresh)
+                records.update(self._verified(found, audit))
             top = dedup_text(ranked[:start], records)
         return top[:top_k], records
 

@@ -96,14 +96,22 @@ def _from_row(row: dict[str, Any]) -> StoredChunk:
     )
 
 
-def _candidates(hits: Sequence[Any], whole: bool) -> list[Candidate]:
+# What a search returns of each candidate when it does not read whole records: the id
+# comes with every hit; pymilvus decodes each output field cell by cell in Python, which
+# was a quarter of a hybrid search's CPU (benchmarks/RESULTS.md, Speed v4), so one field.
+_CANDIDATE_FIELDS = ["content_hash"]
+
+
+def _candidates(hits: Any, whole: bool) -> list[Candidate]:
+    if whole:
+        return [
+            Candidate(c.record.chunk_id, float(h["distance"]), c, c.content_hash)
+            for h in hits
+            for c in (_from_row(h["entity"]),)
+        ]
     return [
-        Candidate(
-            str(h["entity"]["chunk_id"]),
-            float(h["distance"]),
-            _from_row(h["entity"]) if whole else None,
-        )
-        for h in hits
+        Candidate(str(cid), float(score), None, str(h["entity"]["content_hash"]))
+        for cid, score, h in zip(hits.ids, hits.distances, hits, strict=True)
     ]
 
 
@@ -315,7 +323,7 @@ class MilvusChunkStore:
             anns_field="vector",
             limit=limit,
             filter=ex.scope_expr(scope, self.marks_current),
-            output_fields=self._fields if whole else ["chunk_id"],
+            output_fields=self._fields if whole else _CANDIDATE_FIELDS,
             search_params={"metric_type": "IP"},
         )
         return _candidates(result[0], whole)
@@ -333,7 +341,7 @@ class MilvusChunkStore:
                 anns_field="sparse",
                 limit=limit,
                 filter=ex.scope_expr(scope, self.marks_current),
-                output_fields=self._fields if whole else ["chunk_id"],
+                output_fields=self._fields if whole else _CANDIDATE_FIELDS,
                 search_params={"metric_type": "BM25"},
             )
         except MilvusException as exc:

@@ -1,0 +1,56 @@
+"""Records of recently returned chunks, kept so a hybrid search need not read them again.
+
+A hybrid search fuses hundreds of candidates that carry ids and content hashes only, then
+reads the records of the few it returns: a second store round trip (~2.5 ms on Milvus
+Lite, a third of a scoped search; benchmarks/RESULTS.md, Speed v4). A conversation being
+talked about is searched again and again, and its best chunks come back each time. A
+record is taken from here only for a candidate whose content hash, as the search just
+returned it from the store, is the one kept: text and metadata are then the stored ones
+byte for byte (the hash covers both), so an answer is what a read would have returned.
+The deleted flag is outside the hash: searches that may return deleted chunks read.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+from memsvc.domain.records import StoredChunk
+from memsvc.observability import metrics
+
+
+class RecentRecords:
+    """A bounded least-recently-used map of chunk id -> record (without its vector)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._records: OrderedDict[str, StoredChunk] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, wanted: Sequence[tuple[str, str]]) -> dict[str, StoredChunk]:
+        """The kept records among (chunk id, content hash) pairs, where the hash matches."""
+        if not self.capacity or not wanted:
+            return {}
+        found: dict[str, StoredChunk] = {}
+        with self._lock:
+            for chunk_id, content_hash in wanted:
+                kept = self._records.get(chunk_id)
+                if kept is not None and content_hash and kept.content_hash == content_hash:
+                    self._records.move_to_end(chunk_id)
+                    found[chunk_id] = kept
+        metrics.SEARCH_RECORD_LOOKUPS.labels("hit").inc(len(found))
+        metrics.SEARCH_RECORD_LOOKUPS.labels("miss").inc(len(wanted) - len(found))
+        return found
+
+    def keep(self, records: Iterable[StoredChunk]) -> None:
+        if not self.capacity:
+            return
+        with self._lock:
+            for stored in records:
+                if stored.vector is not None:  # MMR reads vectors: 1.5 KiB each, not kept
+                    stored = StoredChunk(stored.record, stored.content_hash, None, stored.current)
+                self._records[stored.record.chunk_id] = stored
+                self._records.move_to_end(stored.record.chunk_id)
+            while len(self._records) > self.capacity:
+                self._records.popitem(last=False)
