@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memsvc.domain.errors import EmbedderError
 from memsvc.embedding.backends import Batch, ModelBackend
@@ -17,6 +19,7 @@ from memsvc.embedding.model import (
     Embedder,
     _load_flag_model,
     bundled_model_path,
+    passage_batches,
 )
 from memsvc.embedding.providers import load_embedder
 from memsvc.services.projection import embed_passages_cached
@@ -59,6 +62,23 @@ def test_passage_path_matches_flagembedding(embedder: Embedder, flag_model: Any)
     ours = embedder.encode_passages(passages)
     reference = np.asarray(flag_model.encode_corpus(passages, max_length=512), dtype=np.float32)
     assert np.all(np.sum(ours * reference, axis=1) > 0.9999)
+
+
+@given(
+    st.lists(st.integers(1, 600), max_size=60),
+    st.integers(1, 32),
+    st.integers(1, 2048),
+)
+def test_passage_batches_cover_every_text_once_within_the_budget(
+    lengths: list[int], max_texts: int, max_tokens: int
+) -> None:
+    lengths = sorted(lengths, reverse=True)
+    runs = passage_batches(lengths, max_texts, max_tokens)
+    assert [i for a, b in runs for i in range(a, b)] == list(range(len(lengths)))
+    for a, b in runs:
+        assert 1 <= b - a <= max_texts
+        # padded to the run's longest (first) text; only a lone text may exceed the budget
+        assert (b - a) * lengths[a] <= max_tokens or b - a == 1
 
 
 def test_similar_texts_are_closer(embedder: Embedder) -> None:

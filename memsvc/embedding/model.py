@@ -39,6 +39,10 @@ KNOWN_QUERY_INSTRUCTIONS = {
     "bge-large-en": "Represent this sentence for searching relevant passages: ",
 }
 HUB_CONNECT_TIMEOUT_S = 3.0
+# Padded tokens per passage forward pass. On CPU a pass costs about its padded tokens (and
+# attention grows with length): small batches of long chunks beat 16 at a time, short
+# texts still go 16 together (benchmarks/RESULTS.md, Speed v4).
+PASSAGE_BATCH_TOKENS = 512
 
 
 def bundled_model_path() -> Path:
@@ -104,6 +108,7 @@ class Embedder:
         self._tokenizer = tokenizer
         self.info = info
         self.batch_size = batch_size
+        self.batch_tokens = PASSAGE_BATCH_TOKENS
         self._lock = threading.Lock()
         self._query_lock = threading.Lock()
         self.use_backend(backend)
@@ -141,7 +146,8 @@ class Embedder:
         return [len(x) for x in ids]
 
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
-        """Passages, length-sorted into batches of `batch_size`.
+        """Passages, length-sorted into batches of at most `batch_size` texts and
+        `batch_tokens` padded tokens.
 
         The same tokenizer, model, pooling and normalisation as FlagModel.encode_corpus,
         without its per-call set-up: FlagEmbedding runs the first batch twice on every call
@@ -161,10 +167,11 @@ class Embedder:
         encoded = self._tokenizer(list(texts), truncation=True, max_length=self.info.max_tokens)
         order = sorted(range(len(texts)), key=lambda i: -len(encoded["input_ids"][i]))
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        lengths = [len(encoded["input_ids"][i]) for i in order]
         with self._lock:
             started = time.perf_counter()
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start : start + self.batch_size]
+            for start, end in passage_batches(lengths, self.batch_size, self.batch_tokens):
+                idx = order[start:end]
                 batch = {key: [encoded[key][i] for i in idx] for key in encoded}
                 out[idx] = _counted(
                     self.backend.encode, self._tokenizer.pad(batch, return_tensors="np")
@@ -191,6 +198,22 @@ class Embedder:
             metrics.EMBED_DURATION.labels("query").observe(time.perf_counter() - started)
         metrics.EMBEDDED_TEXTS.labels("query").inc(len(texts))
         return vectors
+
+
+def passage_batches(
+    lengths: Sequence[int], max_texts: int, max_tokens: int
+) -> list[tuple[int, int]]:
+    """[start, end) runs of `lengths` (sorted longest first) of at most `max_texts` texts
+    whose padded size (count x the first, longest, length) stays within `max_tokens`; a
+    text longer than that goes alone."""
+    runs: list[tuple[int, int]] = []
+    start = 0
+    while start < len(lengths):
+        fit = max(1, max_tokens // max(1, lengths[start]))
+        end = min(len(lengths), start + min(max_texts, fit))
+        runs.append((start, end))
+        start = end
+    return runs
 
 
 def _counted(encode: Callable[[Batch], np.ndarray], batch: Batch) -> np.ndarray:
