@@ -93,7 +93,11 @@ class Settings(BaseSettings):
         None, description="where ONNX exports are kept; unset = data_dir/model-cache"
     )
     embed_batch_size: int = Field(
-        16, ge=1, le=2048, description="passages per forward pass (openai: per request)"
+        16,
+        ge=1,
+        le=2048,
+        description="passages per forward pass at most, also bounded by 512 padded tokens"
+        " (openai: texts per request)",
     )
     torch_threads: int = Field(0, ge=0, description="0 = number of CPU cores")
     max_turn_chars: int = Field(
