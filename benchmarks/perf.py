@@ -43,13 +43,14 @@ from _common import (
 
 from evals.locomo import load_locomo
 from memsvc.config import Settings
-from memsvc.domain.hashing import content_hash
+from memsvc.domain.hashing import content_hash, text_hash
 from memsvc.domain.ids import chunk_id
 from memsvc.domain.model_identity import ModelIdentity
-from memsvc.domain.records import StoredChunk
+from memsvc.domain.records import LayoutRow, StoredChunk
 from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, bundled_model_path
 from memsvc.embedding.providers import load_embedder
+from memsvc.storage import sqlite
 from memsvc.storage.milvus.store import MilvusChunkStore as ChunkStore
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
@@ -193,6 +194,7 @@ def populate(tmp_root: Path, data: Path, serialized: list[bytes], rows: int) -> 
     store = ChunkStore(str((data / "milvus.db").resolve()), "memsvc_chunks", identity)
     rng = np.random.default_rng(0)
     batch: list[StoredChunk] = []
+    layout: list[LayoutRow] = []
     for n in range(rows):
         conv, k = f"conv-{n % 1000:04d}", n // 1000
         src = records[n % live]
@@ -210,12 +212,28 @@ def populate(tmp_root: Path, data: Path, serialized: list[bytes], rows: int) -> 
         )
         rec = ChunkRecord(chunk_id(conv, 2 * k, 2 * k + 3, 1), src.text, meta)
         batch.append(StoredChunk(rec, content_hash(rec), vec / np.linalg.norm(vec)))
+        layout.append(
+            LayoutRow(
+                *(rec.chunk_id, conv, 1, 2 * k, 2 * k + 3, "", text_hash(rec.text)),
+                indexed=True,
+                content_hash=content_hash(rec),
+            )
+        )
         if len(batch) == 2000:
             store.upsert(batch)
             batch = []
     store.upsert(batch)
     store._client.flush(store.collection)
     store.close()
+    # The log's layout holds what the store holds, as if built and indexed: searches return
+    # only chunks the log holds live, so without it every candidate would be read and
+    # dropped (what this stage measured, unnoticed, between integrity v3 and speed v4).
+    log, _queue, _locks = sqlite.open_log(data)
+    with log.transaction() as tx:
+        for c in range(1000):
+            tx.open_conversation(f"conv-{c:04d}", 1)
+        tx.put_layout(layout)
+    log.close()
 
 
 def main() -> None:
