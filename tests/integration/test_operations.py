@@ -157,8 +157,12 @@ def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
         assert total(metrics["memsvc_embedded_texts_total"], kind="query") >= 2
         assert metrics["memsvc_store_up"][()] == 1
         stages = metrics["memsvc_stage_duration_seconds_count"]
-        for stage in ("embed", "keyword", "dense", "fuse", "read", "verify"):
+        for stage in ("embed", "keyword", "dense", "fuse", "verify"):
             assert total(stages, operation="search", stage=stage) >= 2, stage
+        # the second search's hits were recent: read once, then taken from recent records
+        assert total(stages, operation="search", stage="read") >= 1
+        lookups = metrics["memsvc_search_record_lookups_total"]
+        assert total(lookups, result="hit") >= 1 and total(lookups, result="miss") >= 1
         for stage in ("check", "embed", "store", "bookkeep", "settle"):
             assert total(stages, operation="write", stage=stage) >= 1, stage
         # paused with a turn appended since: the lag is visible
