@@ -248,7 +248,16 @@ class IndexQueue(Protocol):
     def lease(
         self, now: float | None, lease_s: float, limit: int, owner: str = ""
     ) -> list[QueueItem]:
-        """`now`: the caller's clock, or None for the database's."""
+        """`now`: the caller's clock, or None for the database's. Nothing while paused:
+        the flag is read in the lease's own transaction, so no lease begins after a
+        pause has committed, in any process sharing the log."""
+        ...
+
+    def paused(self) -> bool: ...
+
+    def set_paused(self, paused: bool) -> None:
+        """Durable and shared by every process on the log; a pause waits for a lease
+        being taken to commit, so `leased()` right after it sees every step in flight."""
         ...
 
     def renew(

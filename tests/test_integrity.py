@@ -21,6 +21,7 @@ from memsvc.domain.types import (
 )
 from memsvc.embedding.model import Embedder
 from tests.conftest import EN_TURNS, conversation, make_settings, turn
+from tests.support.waiting import worker_held
 
 
 @pytest.fixture()
@@ -68,17 +69,16 @@ SECRET = "My bank password is hunter2."
 # -- 1. deleted content comes back ------------------------------------------------------------
 def test_1a_delete_while_the_worker_embeds_wins(services: Services) -> None:
     """The worker built the chunks, the delete lands while it embeds, then it writes."""
-    services.control.set_paused(True)
-    services.ingest.append(conversation("d1a", [SECRET, *EN_TURNS[1:]]))
-    item = services.queue.lease(0.0, 60, 8)[0]
-    chunks = services.projector.plan(item.conversation_id)
-    assert chunks
-    services.deletion.delete("d1a", None, [])
-    result = services.projector.store_records(chunks, [])
-    assert result.upserted == 0 and {e.reason for e in result.errors} == {"deleted"}
-    assert live(services, "d1a") == {}
-    services.queue.release_stale_leases()
-    services.control.set_paused(False)
+    with worker_held(services):
+        services.ingest.append(conversation("d1a", [SECRET, *EN_TURNS[1:]]))
+        item = services.queue.lease(0.0, 60, 8)[0]
+        chunks = services.projector.plan(item.conversation_id)
+        assert chunks
+        services.deletion.delete("d1a", None, [])
+        result = services.projector.store_records(chunks, [])
+        assert result.upserted == 0 and {e.reason for e in result.errors} == {"deleted"}
+        assert live(services, "d1a") == {}
+        services.queue.release_stale_leases()
     assert services.control.wait_for_indexed("d1a", 5, 60) is not None
     assert live(services, "d1a") == {}
     assert "hunter2" not in searchable_text(services, "d1a", "bank password hunter2")

@@ -42,6 +42,25 @@ def test_a_lapsed_lease_cannot_be_completed_by_its_old_holder(
         svc.close()
 
 
+def test_no_lease_begins_after_a_pause_whatever_a_worker_last_read(
+    tmp_path: Path, embedder: Embedder, backend: dict[str, object]
+) -> None:
+    """Regression (the fleet test saw it): a replica whose worker had read the pause flag
+    just before another replica paused leased and indexed a conversation appended right
+    after the pause. The lease now reads the flag in its own transaction."""
+    svc = build_services(make_settings(tmp_path, **backend, index_workers=0), embedder=embedder)
+    try:
+        svc.ingest.append(conversation("held", EN_TURNS))
+        assert not svc.worker.paused  # this process's worker has just read "running"
+        svc.queue.set_paused(True)  # as another replica does: only the log changes
+        assert svc.queue.lease(None, 10.0, 8, owner="stale-reader") == []
+        assert svc.queue.status(["held"])[0].state == "pending"
+        svc.queue.set_paused(False)
+        assert [i.conversation_id for i in svc.queue.lease(None, 10.0, 8)] == ["held"]
+    finally:
+        svc.close()
+
+
 def test_a_writer_whose_lock_connection_died_stops_before_writing(
     tmp_path: Path, embedder: Embedder, postgres: PostgresCluster
 ) -> None:

@@ -11,7 +11,7 @@ from memsvc.app import Services
 from memsvc.domain.types import SearchFilters, SearchRequest
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, turn
 from tests.support.faults import failing_model
-from tests.support.waiting import until_idle
+from tests.support.waiting import until_idle, worker_held
 
 
 @pytest.fixture()
@@ -54,23 +54,22 @@ def test_append_rejects_bad_conversation_whole_and_keeps_others(services: Servic
 
 
 def test_model_failure_is_visible_and_recovers(services: Services) -> None:
-    services.control.set_paused(True)
-    services.ingest.append(conversation("a5", EN_TURNS))
-    status = services.queue.status(["a5"])[0]
-    assert status.state == "pending" and status.dirty == len(EN_TURNS)
-    with failing_model(services.embedder, "injected model failure"):
-        items = services.queue.lease(0.0, 60, 8)
-        services.worker.process(items)
-        failed = services.queue.status(["a5"])[0]
-        assert failed.state == "pending" and failed.attempts == 1
-        assert "injected model failure" in failed.last_error
-        for _ in range(services.worker.settings.max_attempts):
-            services.worker.process(services.queue.lease(1e12, 60, 8))
-        assert services.queue.status(["a5"])[0].state == "failed"
-    assert live(services, "a5") == {}
-    # new events (or a Reindex) re-queue a failed conversation; with the fault gone it indexes
-    services.ingest.append([turn("a5", len(EN_TURNS), "One more thing about Biscuit.")])
-    services.control.set_paused(False)
+    with worker_held(services):
+        services.ingest.append(conversation("a5", EN_TURNS))
+        status = services.queue.status(["a5"])[0]
+        assert status.state == "pending" and status.dirty == len(EN_TURNS)
+        with failing_model(services.embedder, "injected model failure"):
+            items = services.queue.lease(0.0, 60, 8)
+            services.worker.process(items)
+            failed = services.queue.status(["a5"])[0]
+            assert failed.state == "pending" and failed.attempts == 1
+            assert "injected model failure" in failed.last_error
+            for _ in range(services.worker.settings.max_attempts):
+                services.worker.process(services.queue.lease(1e12, 60, 8))
+            assert services.queue.status(["a5"])[0].state == "failed"
+        assert live(services, "a5") == {}
+        # new events (or a Reindex) re-queue a failed conversation; without the fault it indexes
+        services.ingest.append([turn("a5", len(EN_TURNS), "One more thing about Biscuit.")])
     item = services.control.wait_for_indexed("a5", len(EN_TURNS), 60)
     assert item is not None and item.state == "idle" and item.last_error == ""
     assert live(services, "a5")
@@ -78,12 +77,11 @@ def test_model_failure_is_visible_and_recovers(services: Services) -> None:
 
 def test_crash_between_build_and_upsert_is_repaired(services: Services) -> None:
     """Layout written, store never updated (the process died): the next pass rebuilds it."""
-    services.control.set_paused(True)
-    services.ingest.append(conversation("a6", EN_TURNS))
-    item = services.queue.lease(0.0, 60, 8)[0]
-    services.projector.plan(item.conversation_id)  # then "crash": the lease comes back
-    services.queue.release(item)
-    services.control.set_paused(False)
+    with worker_held(services):
+        services.ingest.append(conversation("a6", EN_TURNS))
+        item = services.queue.lease(0.0, 60, 8)[0]
+        services.projector.plan(item.conversation_id)  # then "crash": the lease comes back
+        services.queue.release(item)
     assert services.control.wait_for_indexed("a6", len(EN_TURNS) - 1, 60) is not None
     assert len(live(services, "a6")) == 2
 
@@ -125,22 +123,21 @@ def test_concurrent_appends_lose_nothing(services: Services) -> None:
 def test_reindex_keeps_old_version_until_complete(services: Services) -> None:
     services.ingest.append(conversation("a7", EN_TURNS))
     assert services.control.wait_for_indexed("a7", 5, 60) is not None
-    services.control.set_paused(True)
-    assert services.control.reindex(["a7", "unknown"], 2) == 1
-    status = services.queue.status(["a7"])[0]
-    assert status.reindex and status.chunk_version == 2
-    # build + upsert half-way through, as a worker interrupted mid-reindex would leave it
-    item = services.queue.lease(0.0, 60, 8)[0]
-    planned = services.projector.plan("a7")
-    partial = [c for c in planned if c.metadata.chunk_version == 2][:1]
-    assert partial
-    services.ingest.upsert(partial)
     req = SearchRequest("puppy", 10, SearchFilters(("a7",)))
-    _, _, hits = services.search.search(req)
-    assert hits and {h.metadata.chunk_version for h in hits} == {1}
-    services.queue.release_stale_leases()
-    del item
-    services.control.set_paused(False)
+    with worker_held(services):
+        assert services.control.reindex(["a7", "unknown"], 2) == 1
+        status = services.queue.status(["a7"])[0]
+        assert status.reindex and status.chunk_version == 2
+        # build + upsert half-way through, as a worker interrupted mid-reindex would leave it
+        item = services.queue.lease(0.0, 60, 8)[0]
+        planned = services.projector.plan("a7")
+        partial = [c for c in planned if c.metadata.chunk_version == 2][:1]
+        assert partial
+        services.ingest.upsert(partial)
+        _, _, hits = services.search.search(req)
+        assert hits and {h.metadata.chunk_version for h in hits} == {1}
+        services.queue.release_stale_leases()
+        del item
     done = until_idle(services, "a7")
     assert not done.reindex
     _, _, hits = services.search.search(req)

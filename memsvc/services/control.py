@@ -13,7 +13,7 @@ from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import InvalidArgument, NotFound
 from memsvc.domain.records import IndexTotals, QueueItem
 from memsvc.ports import EventLog, IndexQueue, Notifier, WriterLocks
-from memsvc.services.indexing import PAUSED_KEY, IndexWorker
+from memsvc.services.indexing import IndexWorker
 from memsvc.services.projection import Projector
 
 log = structlog.get_logger(__name__)
@@ -46,15 +46,13 @@ class IndexControl:
         """Pause (fleet-wide: the flag is in the log): returns once no step is in flight.
         Durable: a paused server restarts paused."""
         access.need_unlimited("pausing indexing")
-        with self.log.transaction() as tx:
-            tx.set_meta(PAUSED_KEY, "1" if paused else "0")
+        self.queue.set_paused(paused)
         self.worker.hold_off(paused)
 
     @property
     def paused(self) -> bool:
         """The flag as the log holds it now (the same on every replica)."""
-        with self.log.snapshot() as r:
-            return r.get_meta(PAUSED_KEY) == "1"
+        return self.queue.paused()
 
     # -- status ---------------------------------------------------------------------------
     def status(

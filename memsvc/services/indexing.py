@@ -39,7 +39,6 @@ from memsvc.services.projection import Projector
 
 log = structlog.get_logger(__name__)
 
-PAUSED_KEY = "indexing_paused"
 # How long a worker trusts the pause flag it last read (it is the log's, fleet-wide).
 PAUSE_CHECK_S = 0.5
 # Pausing waits at most this long for steps in flight (on every process) to end.
@@ -144,12 +143,13 @@ class IndexWorker:
 
     @property
     def paused(self) -> bool:
-        """Indexing paused, fleet-wide (the flag is read from the log, briefly cached)."""
+        """Indexing paused, fleet-wide (the flag is in the log; briefly cached here to spare
+        idle polls a lease: the lease itself reads it, so a stale cache never outruns a
+        pause)."""
         flag, read_at = self._pause_read
         if time.monotonic() - read_at > PAUSE_CHECK_S:
             try:
-                with self.log.snapshot() as r:
-                    flag = r.get_meta(PAUSED_KEY) == "1"
+                flag = self.queue.paused()
             except Exception:  # the log unreachable: keep the last word on it
                 return flag
             self._pause_read = (flag, time.monotonic())

@@ -1,9 +1,12 @@
 """Waiting for the index worker in tests: until a conversation has no work left at all
-(WaitForIndexed answers as soon as a turn is findable, which during a rebuild is at once)."""
+(WaitForIndexed answers as soon as a turn is findable, which during a rebuild is at once),
+and holding it so a test can take a worker's steps by hand."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from memsvc.app import Services
 from memsvc.domain.records import QueueItem
@@ -18,3 +21,13 @@ def until_idle(services: Services, conversation_id: str, timeout_s: float = 60) 
         assert time.monotonic() < deadline, status
         services.worker.notify()
         time.sleep(0.05)
+
+
+@contextmanager
+def worker_held(services: Services) -> Iterator[None]:
+    """The background worker takes no step while this is held (it leases under this lock),
+    so the test leases and processes by hand, as a worker would. A pause cannot serve: a
+    paused queue leases nothing, to anyone."""
+    with services.worker._cycle:
+        yield
+    services.worker.notify()

@@ -31,6 +31,7 @@ POSTGRES = Dialect(
     now="CAST(extract(epoch from clock_timestamp()) AS DOUBLE PRECISION)",
     for_update=" FOR UPDATE",
     skip_locked=" FOR UPDATE SKIP LOCKED",
+    for_share=" FOR SHARE",
     placeholder="%s",
 )
 _DISK_FULL = "53100"

@@ -23,6 +23,9 @@ class Dialect:
     for_update: str = ""
     # Appended to the lease query: rows another writer holds are skipped, not waited for.
     skip_locked: str = ""
+    # Appended to a SELECT of a row the transaction relies on staying as read until it
+    # commits: a writer of that row waits for it.
+    for_share: str = ""
     # The driver's placeholder ("?" is what the shared statements are written with).
     placeholder: str = "?"
     _translated: dict[str, str] = field(default_factory=dict, compare=False, repr=False)

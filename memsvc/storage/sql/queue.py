@@ -48,17 +48,51 @@ def _now(sql: Sql, now: float | None) -> tuple[str, list[float]]:
     return ("?", [now]) if now is not None else (sql.dialect.now, [])
 
 
+# In the meta table: "1" while indexing is paused (SetIndexingPaused), for every process.
+PAUSED_KEY = "indexing_paused"
+
+
 class SqlIndexQueue:
     """memsvc.ports.IndexQueue on the log's database."""
 
     def __init__(self, database: Database) -> None:
         self.database = database
 
+    def paused(self) -> bool:
+        with self.database.snapshot() as sql:
+            row = sql.one("SELECT value FROM meta WHERE key = ?", (PAUSED_KEY,))
+        return row is not None and str(row[0]) == "1"
+
+    def set_paused(self, paused: bool) -> None:
+        with self.database.transaction() as sql:
+            sql.run(
+                "INSERT INTO meta (key, value) VALUES (?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (PAUSED_KEY, "1" if paused else "0"),
+            )
+
+    def _paused_in(self, sql: Sql) -> bool:
+        """The pause flag, held as read until the lease commits: a pause waits for a lease
+        in progress (and then sees it leased), a lease after a pause sees the pause. The
+        row is made once if missing, so there is always a row to hold."""
+        query = f"SELECT value FROM meta WHERE key = ?{sql.dialect.for_share}"
+        row = sql.one(query, (PAUSED_KEY,))
+        if row is None:
+            sql.run(
+                "INSERT INTO meta (key, value) VALUES (?, '0') ON CONFLICT (key) DO NOTHING",
+                (PAUSED_KEY,),
+            )
+            row = sql.one(query, (PAUSED_KEY,))
+        return row is not None and str(row[0]) == "1"
+
     def lease(
         self, now: float | None, lease_s: float, limit: int, owner: str = ""
     ) -> list[QueueItem]:
-        """Up to `limit` conversations whose work is due, or whose lease ran out."""
+        """Up to `limit` conversations whose work is due, or whose lease ran out; none while
+        indexing is paused."""
         with self.database.transaction() as sql:
+            if self._paused_in(sql):
+                return []
             clock, at = _now(sql, now)
             rows = sql.rows(
                 "SELECT q.conversation_id FROM conversations q WHERE"
