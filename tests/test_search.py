@@ -120,7 +120,8 @@ def test_many_identical_texts_are_skipped_in_few_reads(
 ) -> None:
     """Regression: an unscoped search over a store where the same chunk text sits in many
     conversations read the records six at a time past every duplicate (one store read per
-    slice: ~1 s at 100,000 chunks). Slices now double."""
+    slice: ~1 s at 100,000 chunks). Slices now double, and the log's text hashes tell the
+    copies apart before any read: only the hits are read."""
     copies = 40
     for i in range(copies):
         built = services.ingest.build(conversation(f"same{i:02d}", EN_TURNS))
@@ -137,10 +138,34 @@ def test_many_identical_texts_are_skipped_in_few_reads(
     monkeypatch.setattr(services.store, "get", counting_get)
     _, _, hits = services.search.search(SearchRequest("golden retriever hiking", 6))
     assert sorted(h.text for h in hits) == sorted(texts)  # each text once
-    # All copies * texts candidates were read: in doubling slices (6, 12, 24, 48, ...),
-    # not one read per six candidates (which took 14 reads here).
-    assert sum(reads) >= copies * len(texts)
+    # Each text's record was read once, never a copy's; the log was asked in doubling
+    # slices (6, 12, 24, 48, ...), so at most one read per slice.
+    assert sum(reads) == len(texts)
     assert len(reads) <= (copies * len(texts) // 6).bit_length() + 1
+
+
+def test_a_copy_stands_in_for_a_hit_removed_between_search_and_read(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copies are skipped by the log's text hash before any read: when the hit they were
+    skipped for is gone by the time it is read, the best-ranked copy is returned instead."""
+    for i in range(3):
+        services.ingest.upsert(services.ingest.build(conversation(f"copy{i}", EN_TURNS)).chunks)
+    request = SearchRequest("golden retriever hiking", 6)
+    _, _, before = services.search.search(request)
+    removed = before[0].chunk_id
+    monkeypatch.setattr(services.search, "recent", RecentRecords(0))
+    real_get = services.store.get
+
+    def get_without(chunk_ids: list[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
+        return {k: v for k, v in real_get(chunk_ids, with_vectors).items() if k != removed}
+
+    monkeypatch.setattr(services.store, "get", get_without)
+    _, _, after = services.search.search(request)
+    assert removed not in {h.chunk_id for h in after}
+    assert sorted(h.text for h in after) == sorted(h.text for h in before)  # each text once
+    stand_in = next(h for h in after if h.text == before[0].text)
+    assert stand_in.metadata.conversation_id != before[0].metadata.conversation_id
 
 
 def test_hit_removed_between_search_and_read_is_replaced_by_the_next(

@@ -24,6 +24,7 @@ import numpy as np
 from memsvc.domain import validation
 from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import Cancelled, InvalidArgument
+from memsvc.domain.hashing import text_hash
 from memsvc.domain.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K
 from memsvc.domain.records import Candidate, Scored, StoredChunk
 from memsvc.domain.types import Hit, SearchMode, SearchRequest
@@ -280,31 +281,120 @@ class SearchService:
         hashes: Mapping[str, str],
     ) -> tuple[list[Scored], dict[str, StoredChunk]]:
         """The first `top_k` candidates with distinct texts, and their records. Records
-        the search returned whole are `known`; the others are read top_k at first, then
-        in slices twice as large each time: one read when texts differ (the usual case), a
-        few when many candidates share a text (say a greeting repeated in every
-        conversation of an unscoped search), never one read per duplicate. A chunk removed
-        between the search and the read, or one the log does not hold live, is skipped."""
-        top: list[Scored] = []
+        the search returned whole are `known`. The others are judged by the log first, in
+        slices of top_k then twice as large each time: which are live with the content
+        the search saw, and what text each holds (its layout's text hash). So only the hits
+        are read, never a copy of a text already kept (a greeting repeated in every
+        conversation of an unscoped search): a read costs per record returned, not per row
+        in the store (benchmarks/RESULTS.md, Speed v4). A hit removed between the search
+        and the read, or one the log cannot judge without its record (a superseded tail
+        awaiting removal), is read and judged again, and the choice is made anew."""
         records: dict[str, StoredChunk] = dict(known)
-        read = set(known)
+        live: dict[str, str] = {}  # chunk id -> text hash, live in the log as searched
+        judged: set[str] = set(known)
+        text_of: dict[str, str] = {}
         start, size = 0, top_k
-        while len(top) < top_k and start < len(ranked):
-            part = ranked[start : start + size]
+        while True:
+            top, unread = _pick(ranked[:start], top_k, records, live, judged, text_of)
+            if unread:
+                records.update(self._read(unread, hashes, live, audit))
+                judged.update(unread)
+                done = set(unread)
+                live = {cid: h for cid, h in live.items() if cid not in done}
+                continue
+            if len(top) >= top_k or start >= len(ranked):
+                return top, records
+            part = [cid for cid, _ in ranked[start : start + size]]
             start, size = start + len(part), size * 2
-            missing = [cid for cid, _ in part if cid not in read]
-            if missing:
-                read.update(missing)
-                found = self.recent.take([(cid, hashes[cid]) for cid in missing if cid in hashes])
-                unread = [cid for cid in missing if cid not in found]
-                if unread:
-                    with stage("search", "read"):
-                        fresh = self.store.get(unread)
-                    self.recent.keep(fresh.values())
-                    found.update(fresh)
-                records.update(self._verified(found, audit))
-            top = dedup_text(ranked[:start], records)
-        return top[:top_k], records
+            found, doubtful = self._live_in_log([c for c in part if c not in judged], hashes)
+            live.update(found)
+            judged.update(c for c in part if c not in doubtful)
+
+    def _read(
+        self, ids: Sequence[str], hashes: Mapping[str, str], live: Mapping[str, str], audit: bool
+    ) -> dict[str, StoredChunk]:
+        """The records of `ids` the log holds live. One with the content the log was just
+        asked about needs no second look; any other is verified."""
+        found = self.recent.take([(cid, hashes[cid]) for cid in ids if cid in hashes])
+        unread = [cid for cid in ids if cid not in found]
+        if unread:
+            with stage("search", "read"):
+                fresh = self.store.get(unread)
+            self.recent.keep(fresh.values())
+            found.update(fresh)
+        checked = {
+            cid: s
+            for cid, s in found.items()
+            if cid in live and hashes.get(cid) and s.content_hash == hashes[cid]
+        }
+        doubtful = {cid: s for cid, s in found.items() if cid not in checked}
+        return checked | self._verified(doubtful, audit)
+
+    def _live_in_log(
+        self, ids: Sequence[str], hashes: Mapping[str, str]
+    ) -> tuple[dict[str, str], set[str]]:
+        """Of candidates with the content hashes the search returned: those the log holds
+        live with that content (as `_verified_now` judges a record), with their text hash,
+        and those it cannot judge without their records: a superseded tail awaiting
+        removal, or a candidate without a hash (an audit: the deleted flag is outside the
+        hash). The rest are not live."""
+        hashed = [cid for cid in ids if hashes.get(cid)]
+        doubtful = {cid for cid in ids if not hashes.get(cid)}
+        if not hashed:
+            return {}, doubtful
+        with stage("search", "verify"), self.log.snapshot() as r:
+            layout = r.layout_rows(hashed)
+            doubtful |= r.waiting_superseded([cid for cid in hashed if cid not in layout])
+            convs = {row.conversation_id for row in layout.values()}
+            rows = {c: r.conversation(c) for c in convs}
+            unsettled = {c for c, conv in rows.items() if conv is not None and conv.needs_reconcile}
+            deleted = {c: r.deleted_turn_ids(c) for c in unsettled}
+        live: dict[str, str] = {}
+        for cid, row in layout.items():
+            if row.deleted or row.content_hash != hashes[cid]:
+                continue
+            if _span_holds(row.start_turn, row.end_turn, deleted.get(row.conversation_id, [])):
+                continue
+            live[cid] = row.text_hash
+        return live, doubtful
+
+
+def _pick(
+    ranked: Sequence[Scored],
+    top_k: int,
+    records: Mapping[str, StoredChunk],
+    live: Mapping[str, str],
+    judged: set[str],
+    text_of: dict[str, str],
+) -> tuple[list[Scored], list[str]]:
+    """The best-ranked candidates with distinct texts, up to `top_k`, and the records still
+    to be read before that choice is final: the picks the log holds live (known by their
+    text hash, not yet read), and every candidate ranked before the last pick that the log
+    could not judge (its text, once read, may come first)."""
+    seen: set[str] = set()
+    top: list[Scored] = []
+    unread: list[str] = []
+    for cid, score in ranked:
+        if len(top) >= top_k:
+            break
+        stored = records.get(cid)
+        if stored is not None:
+            key = text_of.get(cid)
+            if key is None:
+                key = text_of[cid] = text_hash(stored.record.text)
+        elif cid in live:
+            key = live[cid]
+        elif cid not in judged:
+            unread.append(cid)
+            continue
+        else:
+            continue  # not live, or gone since the search
+        if key not in seen:
+            seen.add(key)
+            top.append((cid, score))
+            if stored is None:
+                unread.append(cid)
+    return top, unread
 
 
 def _conversations_of(records: Mapping[str, StoredChunk], ids: set[str]) -> set[str]:
