@@ -282,18 +282,20 @@ class SearchService:
     ) -> tuple[list[Scored], dict[str, StoredChunk]]:
         """The first `top_k` candidates with distinct texts, and their records. Records
         the search returned whole are `known`. The others are judged by the log first, in
-        slices of top_k then twice as large each time: which are live with the content
+        slices of 4 x top_k then twice as large each time: which are live with the content
         the search saw, and what text each holds (its layout's text hash). So only the hits
-        are read, never a copy of a text already kept (a greeting repeated in every
-        conversation of an unscoped search): a read costs per record returned, not per row
-        in the store (benchmarks/RESULTS.md, Speed v4). A hit removed between the search
+        are read, in one round trip unless texts repeat past the slice, never a copy of a
+        text already kept (a greeting repeated in every conversation of an unscoped
+        search): a read costs ~1 ms a round trip and ~0.05 ms a record, whatever the size
+        of the store, and judging a few more ids in the log far less
+        (benchmarks/RESULTS.md, Speed v4). A hit removed between the search
         and the read, or one the log cannot judge without its record (a superseded tail
         awaiting removal), is read and judged again, and the choice is made anew."""
         records: dict[str, StoredChunk] = dict(known)
         live: dict[str, str] = {}  # chunk id -> text hash, live in the log as searched
         judged: set[str] = set(known)
         text_of: dict[str, str] = {}
-        start, size = 0, top_k
+        start, size = 0, top_k * 4
         while True:
             top, unread = _pick(ranked[:start], top_k, records, live, judged, text_of)
             if unread:
