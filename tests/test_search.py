@@ -144,6 +144,20 @@ def test_many_identical_texts_are_skipped_in_few_reads(
     assert len(reads) <= (copies * len(texts) // 24).bit_length() + 1
 
 
+def removed_before_the_read(
+    services: Services, monkeypatch: pytest.MonkeyPatch, removed: str
+) -> None:
+    """From now on the store's reads miss `removed`, as if it went between a search and
+    its read; recent records are forgotten, so the next search reads its hits."""
+    monkeypatch.setattr(services.search, "recent", RecentRecords(0))
+    real_get = services.store.get
+
+    def get_without(chunk_ids: list[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
+        return {k: v for k, v in real_get(chunk_ids, with_vectors).items() if k != removed}
+
+    monkeypatch.setattr(services.store, "get", get_without)
+
+
 def test_a_copy_stands_in_for_a_hit_removed_between_search_and_read(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -154,13 +168,7 @@ def test_a_copy_stands_in_for_a_hit_removed_between_search_and_read(
     request = SearchRequest("golden retriever hiking", 6)
     _, _, before = services.search.search(request)
     removed = before[0].chunk_id
-    monkeypatch.setattr(services.search, "recent", RecentRecords(0))
-    real_get = services.store.get
-
-    def get_without(chunk_ids: list[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
-        return {k: v for k, v in real_get(chunk_ids, with_vectors).items() if k != removed}
-
-    monkeypatch.setattr(services.store, "get", get_without)
+    removed_before_the_read(services, monkeypatch, removed)
     _, _, after = services.search.search(request)
     assert removed not in {h.chunk_id for h in after}
     assert sorted(h.text for h in after) == sorted(h.text for h in before)  # each text once
@@ -179,14 +187,7 @@ def test_hit_removed_between_search_and_read_is_replaced_by_the_next(
     request = SearchRequest("golden retriever hiking", top_k)
     _, _, before = services.search.search(request)
     removed = before[0].chunk_id
-    # the first search's hits are not read again: forget them so this one reads
-    monkeypatch.setattr(services.search, "recent", RecentRecords(0))
-    real_get = services.store.get
-
-    def get_without(chunk_ids: list[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
-        return {k: v for k, v in real_get(chunk_ids, with_vectors).items() if k != removed}
-
-    monkeypatch.setattr(services.store, "get", get_without)
+    removed_before_the_read(services, monkeypatch, removed)
     _, _, after = services.search.search(request)
     assert [h.chunk_id for h in after][: top_k - 1] == [h.chunk_id for h in before[1:]]
     assert len(after) == top_k and removed not in {h.chunk_id for h in after}

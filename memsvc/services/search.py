@@ -29,7 +29,7 @@ from memsvc.domain.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K
 from memsvc.domain.records import Candidate, Scored, StoredChunk
 from memsvc.domain.types import Hit, SearchMode, SearchRequest
 from memsvc.observability.metrics import stage
-from memsvc.ports import ChunkStore, Embedder, EventLog, QueryEncoder, SearchScope
+from memsvc.ports import ChunkStore, Embedder, EventLog, LogReader, QueryEncoder, SearchScope
 from memsvc.services.fusion import dedup_text, mmr_select, rrf_fuse, score_fuse
 from memsvc.services.recent_records import RecentRecords
 
@@ -249,8 +249,7 @@ class SearchService:
         with self.log.snapshot() as r:
             layout = r.layout_rows(ids)
             waiting = r.waiting_superseded(ids)
-            rows = {c: r.conversation(c) for c in convs}
-            unsettled = {c for c, conv in rows.items() if conv is not None and conv.needs_reconcile}
+            unsettled = _unsettled(r, convs)
             deleted = {
                 c: r.deleted_turn_ids(c) for c in (_conversations_of(records, waiting) | unsettled)
             }
@@ -325,9 +324,7 @@ class SearchService:
             self.recent.keep(fresh.values())
             found.update(fresh)
         checked = {
-            cid: s
-            for cid, s in found.items()
-            if cid in live and hashes.get(cid) and s.content_hash == hashes[cid]
+            cid: s for cid, s in found.items() if cid in live and s.content_hash == hashes[cid]
         }
         doubtful = {cid: s for cid, s in found.items() if cid not in checked}
         return checked | self._verified(doubtful, audit)
@@ -347,9 +344,7 @@ class SearchService:
         with stage("search", "verify"), self.log.snapshot() as r:
             layout = r.layout_rows(hashed)
             doubtful |= r.waiting_superseded([cid for cid in hashed if cid not in layout])
-            convs = {row.conversation_id for row in layout.values()}
-            rows = {c: r.conversation(c) for c in convs}
-            unsettled = {c for c, conv in rows.items() if conv is not None and conv.needs_reconcile}
+            unsettled = _unsettled(r, {row.conversation_id for row in layout.values()})
             deleted = {c: r.deleted_turn_ids(c) for c in unsettled}
         live: dict[str, str] = {}
         for cid, row in layout.items():
@@ -397,6 +392,13 @@ def _pick(
             if stored is None:
                 unread.append(cid)
     return top, unread
+
+
+def _unsettled(r: LogReader, conversation_ids: set[str]) -> set[str]:
+    """Those whose delete or purge is committed but not yet reconciled: their layout may
+    predate it, so a chunk's range is checked against their deleted turns."""
+    rows = {c: r.conversation(c) for c in conversation_ids}
+    return {c for c, conv in rows.items() if conv is not None and conv.needs_reconcile}
 
 
 def _conversations_of(records: Mapping[str, StoredChunk], ids: set[str]) -> set[str]:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from memsvc.domain.records import QueueGauges, QueueItem
 from memsvc.storage.sql.connection import Database, Row, Sql, chunked, marks
+from memsvc.storage.sql.eventlog import SqlLog
 from memsvc.storage.sql.work import prefix_match
 
 _COLS = (
@@ -60,16 +61,11 @@ class SqlIndexQueue:
 
     def paused(self) -> bool:
         with self.database.snapshot() as sql:
-            row = sql.one("SELECT value FROM meta WHERE key = ?", (PAUSED_KEY,))
-        return row is not None and str(row[0]) == "1"
+            return SqlLog(sql).get_meta(PAUSED_KEY) == "1"
 
     def set_paused(self, paused: bool) -> None:
         with self.database.transaction() as sql:
-            sql.run(
-                "INSERT INTO meta (key, value) VALUES (?, ?)"
-                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (PAUSED_KEY, "1" if paused else "0"),
-            )
+            SqlLog(sql).set_meta(PAUSED_KEY, "1" if paused else "0")
 
     def _paused_in(self, sql: Sql) -> bool:
         """The pause flag, held as read until the lease commits: a pause waits for a lease
