@@ -119,7 +119,7 @@ bench-ingest: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/locomo_ingest.py $(ARGS)
 
 bench-recall: $(VENV)/.dev
-	PYTHONPATH=. $(PY) benchmarks/locomo_recall.py $(ARGS)
+	PYTHONPATH=. $(PY) benchmarks/recall.py $(ARGS)
 
 bench-async: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/async_ingest.py $(ARGS)

@@ -13,6 +13,7 @@ import structlog
 from memsvc.config import Settings, package_version
 from memsvc.domain.chunking import ChunkPolicy, ChunkRenderer
 from memsvc.domain.errors import StoreUnavailable
+from memsvc.domain.oversize import Oversize
 from memsvc.domain.prefix import KeywordExtractor
 from memsvc.domain.records import ServerDescription
 from memsvc.domain.types import SearchMode
@@ -260,6 +261,7 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         settings.chunk_version,
         settings.max_turn_chars,
         settings.build_grace_s,
+        Oversize(settings.oversize),
     )
     deletion = DeletionService(events, store, projector, locks, notifier)
     tuning = SearchTuning(

@@ -104,7 +104,14 @@ class Settings(BaseSettings):
         100_000,
         ge=1,
         le=MAX_TURN_CHARS,
-        description="characters of one turn's text; longer turns are INVALID_ARGUMENT",
+        description="characters of one turn's text; longer turns are INVALID_ARGUMENT,"
+        " or cut short with MEMSVC_OVERSIZE=truncate",
+    )
+    oversize: Literal["refuse", "truncate"] = Field(
+        "refuse",
+        description="a turn over MEMSVC_MAX_TURN_CHARS: refuse = INVALID_ARGUMENT naming"
+        " events[i].text; truncate = keep it cut to the limit with a marker, listed in the"
+        " response's `truncated`",
     )
     chunk_version: int = Field(1, ge=1, description="default chunk_version")
     chunk_max_turns: int = Field(4, ge=1, le=64, description="turns per window at most")

@@ -22,7 +22,7 @@ from memsvc.embedding.model import (
     passage_batches,
 )
 from memsvc.embedding.providers import load_embedder
-from memsvc.services.projection import embed_passages_cached
+from memsvc.services.vectors import embed_passages_cached
 from memsvc.storage.sqlite import open_cache
 from memsvc.transports.grpc.server import StoppedDuringStartup
 from tests.conftest import EN_TURNS, ZH_TURNS, make_settings

@@ -140,11 +140,11 @@ def test_delete_then_search_and_rebuild_does_not_resurrect(services: Services) -
     assert services.deletion.delete("c7", TurnRange(0, 0), []).deleted == 0
     req = SearchRequest("adopted a puppy", 10, SearchFilters(conversation_ids=("c7",)))
     for mode in SearchMode:
-        _, _, hits = services.search.search(dataclasses.replace(req, mode=mode))
+        hits = services.search.search(dataclasses.replace(req, mode=mode)).hits
         assert all(not h.metadata.deleted for h in hits)
         assert all(h.metadata.turn_range.start != 0 for h in hits)
     with_deleted = dataclasses.replace(req, filters=SearchFilters(("c7",), include_deleted=True))
-    _, _, hits = services.search.search(with_deleted)
+    hits = services.search.search(with_deleted).hits
     assert any(h.metadata.deleted for h in hits)
     # replaying the old records does not undo the delete
     replay = services.ingest.upsert(chunks)
@@ -187,11 +187,11 @@ def test_version_rebuild_search_newest_and_retire(services: Services) -> None:
     v2 = build_and_upsert(services, [], chunk_version=2, conversation_id="c9")
     assert {c.metadata.chunk_version for c in v2} == {2}
     assert {c.text for c in v2} != set() and not {c.chunk_id for c in v1} & {c.chunk_id for c in v2}
-    _, _, hits = services.search.search(SearchRequest("puppy", 10, SearchFilters(("c9",))))
+    hits = services.search.search(SearchRequest("puppy", 10, SearchFilters(("c9",)))).hits
     assert hits and {h.metadata.chunk_version for h in hits} == {2}
-    _, _, old = services.search.search(
+    old = services.search.search(
         SearchRequest("puppy", 10, SearchFilters(("c9",), chunk_version=1))
-    )
+    ).hits
     assert old and {h.metadata.chunk_version for h in old} == {1}
     assert services.deletion.retire_version("c9", 1) == len(v1)
     assert {

@@ -43,7 +43,7 @@ def searchable_text(svc: Services, conv: str, query: str) -> str:
     """Everything every search mode returns for `query` in `conv`, joined."""
     out = []
     for mode in SearchMode:
-        _, _, hits = svc.search.search(SearchRequest(query, 100, SearchFilters((conv,)), mode))
+        hits = svc.search.search(SearchRequest(query, 100, SearchFilters((conv,)), mode)).hits
         out += [h.text for h in hits]
     return "\n".join(out)
 
@@ -185,7 +185,7 @@ def test_5_forged_records_are_refused(services: Services) -> None:
     assert (result.upserted, result.updated) == (0, 0)
     assert [e.reason for e in result.errors] == ["mismatch", "unknown", "unknown"]
     assert live(services, "d5") == before and live(services, "nobody") == {}
-    _, _, hits = services.search.search(SearchRequest("boat", 10, SearchFilters(("d5",))))
+    hits = services.search.search(SearchRequest("boat", 10, SearchFilters(("d5",)))).hits
     assert hits and {h.metadata.chunk_version for h in hits} == {1}
     # deleted=true in a record is not trusted: it cannot hide a chunk
     hidden = dataclasses.replace(real[0], metadata=dataclasses.replace(meta, deleted=True))

@@ -357,9 +357,9 @@ class WritePath(RuleBasedStateMachine):
         if markers:
             query = " ".join(markers[:8])
             for mode in SearchMode:
-                _, _, hits = self.svc.search.search(
+                hits = self.svc.search.search(
                     SearchRequest(query, 50, SearchFilters((self.conv_as_sent(),)), mode)
-                )
+                ).hits
                 for h in hits:
                     assert not any(m in h.text for m in markers), (mode, h.chunk_id)
 
@@ -372,14 +372,14 @@ class WritePath(RuleBasedStateMachine):
         for t in live:
             assert self.svc.control.is_indexed(self.conv, t), t
         current = {t: marker(t, self.edits.get(t, 0)) for t in live}
-        _, _, hits = self.svc.search.search(
+        hits = self.svc.search.search(
             SearchRequest(
                 " ".join(current.values()),
                 100,
                 SearchFilters((self.conv_as_sent(),)),
                 SearchMode.KEYWORD,
             )
-        )
+        ).hits
         texts = "\n".join(h.text for h in hits)
         assert all(m in texts for m in current.values()), [
             t for t, m in current.items() if m not in texts

@@ -48,7 +48,7 @@ def found(svc: Services, conv: str, query: str, **filters: object) -> str:
     out = []
     for mode in SearchMode:
         req = SearchRequest(query, 100, SearchFilters((conv,), **filters), mode)  # type: ignore[arg-type]
-        out += [h.text for h in svc.search.search(req)[2]]
+        out += [h.text for h in svc.search.search(req).hits]
     return "\n".join(out)
 
 
@@ -198,7 +198,7 @@ def test_appends_to_a_conversation_built_with_another_version_are_searchable(
     services.worker.notify()
     assert services.control.wait_for_indexed("v-c", 2, 60) is not None
     assert services.control.is_indexed("v-c", 2)
-    _, _, hits = services.search.search(SearchRequest("antique maps", 5, SearchFilters(("v-c",))))
+    hits = services.search.search(SearchRequest("antique maps", 5, SearchFilters(("v-c",)))).hits
     assert hits and hits[0].metadata.chunk_version == 3 and "antique maps" in hits[0].text
 
 
@@ -217,7 +217,7 @@ def test_wide_searches_work_with_many_conversations_mid_migration(services: Serv
     for conv in convs:
         assert until_idle(services, conv).active_version == 2
     # every conversation now holds version 1 (kept until retired) and version 2
-    _, _, hits = services.search.search(SearchRequest("kayaks", 100))
+    hits = services.search.search(SearchRequest("kayaks", 100)).hits
     assert len(hits) == 60 and {h.metadata.chunk_version for h in hits} == {2}
 
 
@@ -337,7 +337,7 @@ def test_a_prefix_limited_token_reaches_only_its_conversations(services: Service
     # its searches and status without conversation ids span its own prefixes only
     services.worker.notify()
     services.control.wait_for_indexed("acme/2", 0, 60)
-    _, _, hits = services.search.search(SearchRequest("puppy named", 20), ACME_READER)
+    hits = services.search.search(SearchRequest("puppy named", 20), ACME_READER).hits
     assert hits and {h.metadata.conversation_id for h in hits} <= {"acme/1", "acme/2"}
     assert [i.conversation_id for i in services.control.status((), ACME_READER)] == [
         "acme/1",
@@ -359,7 +359,7 @@ def test_reading_deleted_text_needs_admin(services: Services) -> None:
             services.search.search(SearchRequest("locker code", 5, audit), access)
         with pytest.raises(PermissionDenied):
             services.ingest.list_chunks("acme/del", True, 10, "", 0, access)
-    _, _, hits = services.search.search(SearchRequest("locker code", 5, audit))
+    hits = services.search.search(SearchRequest("locker code", 5, audit)).hits
     assert any("4417" in h.text for h in hits)
 
 

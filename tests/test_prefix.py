@@ -35,6 +35,7 @@ def test_intent_prefers_user_turns() -> None:
     assert classify_intent(["我喜欢猫。"], ["我喜欢猫。", "你打算什么时候去？"]) == "preference"
     assert classify_intent([], ["Where is it?"]) == "question"
     assert set(INTENT_TAGS) == {
+        "instruction",
         "profile_update",
         "plan",
         "preference",

@@ -86,8 +86,9 @@ def test_filters_hold_in_every_mode(services: Services) -> None:
     for mode in SearchMode:
         for mmr in (0.0, 0.5):
             req = dataclasses.replace(base, mode=mode, mmr_lambda=mmr)
-            got_mode, top_k, hits = services.search.search(req)
-            assert got_mode is mode and top_k == 10
+            found = services.search.search(req)
+            hits = found.hits
+            assert found.mode is mode and found.top_k == 10
             assert hits, (mode, mmr)
             assert {h.metadata.conversation_id for h in hits} == {"s1"}
             assert not any(h.metadata.deleted for h in hits)
@@ -101,7 +102,7 @@ def test_filters_hold_in_every_mode(services: Services) -> None:
                     speakers=("assistant",),
                 ),
             )
-            _, _, hits = services.search.search(late)
+            hits = services.search.search(late).hits
             assert hits and all(h.metadata.timestamp_range.end >= "2026-02-02T10:04" for h in hits)
             assert all("assistant" in h.metadata.speakers for h in hits)
 
@@ -136,7 +137,7 @@ def test_many_identical_texts_are_skipped_in_few_reads(
         return real_get(chunk_ids, with_vectors)
 
     monkeypatch.setattr(services.store, "get", counting_get)
-    _, _, hits = services.search.search(SearchRequest("golden retriever hiking", 6))
+    hits = services.search.search(SearchRequest("golden retriever hiking", 6)).hits
     assert sorted(h.text for h in hits) == sorted(texts)  # each text once
     # Each text's record was read once, never a copy's; the log was asked in doubling
     # slices (24, 48, 96, ...), so at most one read per slice.
@@ -149,7 +150,7 @@ def removed_before_the_read(
 ) -> None:
     """From now on the store's reads miss `removed`, as if it went between a search and
     its read; recent records are forgotten, so the next search reads its hits."""
-    monkeypatch.setattr(services.search, "recent", RecentRecords(0))
+    monkeypatch.setattr(services.search.selector, "recent", RecentRecords(0))
     real_get = services.store.get
 
     def get_without(chunk_ids: list[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
@@ -166,10 +167,10 @@ def test_a_copy_stands_in_for_a_hit_removed_between_search_and_read(
     for i in range(3):
         services.ingest.upsert(services.ingest.build(conversation(f"copy{i}", EN_TURNS)).chunks)
     request = SearchRequest("golden retriever hiking", 6)
-    _, _, before = services.search.search(request)
+    before = services.search.search(request).hits
     removed = before[0].chunk_id
     removed_before_the_read(services, monkeypatch, removed)
-    _, _, after = services.search.search(request)
+    after = services.search.search(request).hits
     assert removed not in {h.chunk_id for h in after}
     assert sorted(h.text for h in after) == sorted(h.text for h in before)  # each text once
     stand_in = next(h for h in after if h.text == before[0].text)
@@ -179,16 +180,19 @@ def test_a_copy_stands_in_for_a_hit_removed_between_search_and_read(
 def test_hit_removed_between_search_and_read_is_replaced_by_the_next(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    turns = [f"{text} (day {i})" for i, text in enumerate(EN_TURNS * 3)]  # distinct texts
+    # Distinct long turns: each is a chunk of its own, so no hit's turns cover another's.
+    filler = " We also talked about the weather and other ordinary things for a while." * 12
+    turns = [f"{text} (day {i}){filler}" for i, text in enumerate(EN_TURNS * 3)]
     built = services.ingest.build(conversation("gone", turns))
+    assert all(c.metadata.turn_range.start == c.metadata.turn_range.end for c in built.chunks)
     services.ingest.upsert(built.chunks)
     top_k = len({c.text for c in built.chunks}) - 1
     assert top_k >= 2
     request = SearchRequest("golden retriever hiking", top_k)
-    _, _, before = services.search.search(request)
+    before = services.search.search(request).hits
     removed = before[0].chunk_id
     removed_before_the_read(services, monkeypatch, removed)
-    _, _, after = services.search.search(request)
+    after = services.search.search(request).hits
     assert [h.chunk_id for h in after][: top_k - 1] == [h.chunk_id for h in before[1:]]
     assert len(after) == top_k and removed not in {h.chunk_id for h in after}
 
@@ -210,7 +214,7 @@ def test_single_list_search_reads_whole_records_in_the_search(
         return real_get(chunk_ids, with_vectors)
 
     monkeypatch.setattr(services.store, "get", counting_get)
-    _, _, hits = services.search.search(SearchRequest("golden retriever", 6, mode=mode))
+    hits = services.search.search(SearchRequest("golden retriever", 6, mode=mode)).hits
     assert hits and reads == []
     for h in hits:
         assert (h.text, h.metadata) == (stored[h.chunk_id].text, stored[h.chunk_id].metadata)
@@ -238,10 +242,10 @@ def test_hybrid_hits_returned_recently_are_not_read_again(
     services.ingest.upsert(services.ingest.build(conversation("again", EN_TURNS)).chunks)
     reads = counted_reads(services, monkeypatch)
     request = SearchRequest("golden retriever hiking", 3)
-    _, _, first = services.search.search(request)
+    first = services.search.search(request).hits
     assert first and reads and {h.chunk_id for h in first} <= {c for r in reads for c in r}
     reads.clear()
-    _, _, second = services.search.search(request)
+    second = services.search.search(request).hits
     assert second == first and reads == []
 
 
@@ -253,12 +257,12 @@ def test_a_recent_record_is_never_returned_once_its_chunk_changed_or_was_deleted
     texts = [f"{t} (day {i})" for i, t in enumerate(EN_TURNS * 2)]
     services.ingest.upsert(services.ingest.build(conversation("edit", texts)).chunks)
     request = SearchRequest("golden retriever hiking", 4)
-    _, _, before = services.search.search(request)
+    before = services.search.search(request).hits
     hit = before[0]
     edited_turn = hit.metadata.turn_range.start
     edit = turn("edit", edited_turn, "Biscuit is a golden retriever who hates hiking now.")
     services.ingest.upsert(services.ingest.build([edit]).chunks)
-    _, _, after = services.search.search(request)
+    after = services.search.search(request).hits
     now = stored_records(services, "edit")
     assert after
     for h in after:  # what the store holds now, never what was kept before the edit
@@ -267,12 +271,12 @@ def test_a_recent_record_is_never_returned_once_its_chunk_changed_or_was_deleted
 
     kept = after[0]
     services.deletion.delete("edit", kept.metadata.turn_range, [])
-    _, _, live = services.search.search(request)
+    live = services.search.search(request).hits
     assert kept.chunk_id not in {h.chunk_id for h in live}
     audit = SearchRequest(
         "golden retriever hiking", 20, filters=SearchFilters(include_deleted=True)
     )
-    _, _, everything = services.search.search(audit)
+    everything = services.search.search(audit).hits
     deleted = {h.chunk_id: h.metadata.deleted for h in everything}
     assert deleted.get(kept.chunk_id) is True
 

@@ -134,13 +134,13 @@ def test_reindex_keeps_old_version_until_complete(services: Services) -> None:
         partial = [c for c in planned if c.metadata.chunk_version == 2][:1]
         assert partial
         services.ingest.upsert(partial)
-        _, _, hits = services.search.search(req)
+        hits = services.search.search(req).hits
         assert hits and {h.metadata.chunk_version for h in hits} == {1}
         services.queue.release_stale_leases()
         del item
     done = until_idle(services, "a7")
     assert not done.reindex
-    _, _, hits = services.search.search(req)
+    hits = services.search.search(req).hits
     assert hits and {h.metadata.chunk_version for h in hits} == {2}
 
 

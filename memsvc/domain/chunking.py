@@ -7,9 +7,13 @@ Policy (also in the README):
   the token budget (`max_tokens` minus a reserve for the context prefix).
 - The next window starts at the earliest exchange that keeps the overlap with the previous
   window within `overlap_turns` turns.
-- A single turn over the budget (tokens, or characters: the store holds 16,000 per chunk)
-  is split at sentence boundaries into pieces, each its own chunk (part_index /
-  part_count); nothing is truncated. A sentence longer than a piece is cut into slices.
+- A long turn (its line over `turn_unit_tokens`, or over a piece's characters: the store
+  holds 16,000 per chunk) is a unit of its own, never grouped: pasted code, a log, a long
+  answer. It is split at sentence boundaries into parts of at most `part_tokens`, each its
+  own chunk (part_index / part_count); nothing is truncated. A sentence longer than a
+  part is cut into slices. Grouped with its neighbours, a long turn would outweigh them
+  in the window's vector and cost a caller's turn budget for turns it does not need
+  (benchmarks/RESULTS.md, Retrieval v3).
 - A chunk names at most 64 participants (the first in turn order): whatever the input,
   every chunk fits the model and the store, so what is accepted is indexable.
 - The layout is a pure function of the live turns, so building a conversation in one call
@@ -61,6 +65,12 @@ class ChunkPolicy:
     max_turns: int = 4
     overlap_turns: int = 2
     max_tokens: int = 512
+    # A turn whose line costs more tokens is a unit of its own (a "turn unit"), in parts of
+    # at most `part_tokens`; its vector is made of its head and its gist, the first
+    # `gist_tokens` (memsvc.domain.vectors).
+    turn_unit_tokens: int = 128
+    part_tokens: int = 256
+    gist_tokens: int = 64
     # Tokens kept for the prefix line and the model's special tokens.
     prefix_reserve: int = 64
     # Tokens of a line's role label ("User (Caroline): "); a speaker name longer than
@@ -80,22 +90,31 @@ class ChunkPolicy:
     def line_budget(self) -> int:
         return self.max_tokens - self.prefix_reserve
 
+    @property
+    def part_budget(self) -> int:
+        """Tokens of one part of a turn unit, its role label included."""
+        return min(self.part_tokens, self.line_budget)
+
     def fingerprint(self) -> str:
         # r2: time ranges span the earliest to the latest turn; long names shortened in labels
+        # r3: long turns are units of their own, in parts; standing instructions tagged
         return (
             f"{self.max_turns}/{self.overlap_turns}/{self.max_tokens}/{self.prefix_reserve}"
-            f"/{self.max_label_name_tokens}/r2"
+            f"/{self.max_label_name_tokens}/{self.turn_unit_tokens}/{self.part_tokens}"
+            f"/{self.gist_tokens}/r3"
         )
 
 
 @dataclass(frozen=True)
 class ChunkWindow:
-    """Turns of one chunk; for a piece of a split turn, `piece` holds the piece's text."""
+    """Turns of one chunk; for a part of a turn unit, `piece` holds the part's text and
+    `head` the first part's."""
 
     turns: tuple[StoredTurn, ...]
     part_index: int = 0
     part_count: int = 1
     piece: str = ""
+    head: str = ""
 
     @property
     def start_turn(self) -> int:
@@ -187,8 +206,9 @@ class _LineCost:
         return len(turn.text) + len(self._shown.get(turn.speaker_name, "")) + 16
 
     def oversize(self, turn: StoredTurn) -> bool:
+        """A turn unit: a long turn, never grouped with others."""
         return (
-            self.tokens(turn) > self.policy.line_budget
+            self.tokens(turn) > min(self.policy.turn_unit_tokens, self.policy.line_budget)
             or self.chars(turn) > self.policy.max_piece_chars
         )
 
@@ -255,7 +275,7 @@ def plan_windows(
 def _split_turn(
     turn: StoredTurn, policy: ChunkPolicy, label_tokens: int, count_tokens: TokenCounter
 ) -> list[ChunkWindow]:
-    budget = policy.line_budget - label_tokens
+    budget = policy.part_budget - label_tokens
     max_chars = policy.max_piece_chars
     pieces: list[str] = []
     current = ""
@@ -269,9 +289,20 @@ def _split_turn(
     if current:
         pieces.append(current)
     return [
-        ChunkWindow((turn,), part_index=i, part_count=len(pieces), piece=p)
+        ChunkWindow((turn,), part_index=i, part_count=len(pieces), piece=p, head=pieces[0])
         for i, p in enumerate(pieces)
     ]
+
+
+def turn_windows(
+    turn: StoredTurn, policy: ChunkPolicy, count_tokens: TokenCounter
+) -> list[ChunkWindow]:
+    """The chunks a turn has when it stands alone, as `plan_windows` plans them: a turn
+    unit's parts, else one chunk of that turn."""
+    cost = _LineCost([turn], policy, count_tokens)
+    if cost.oversize(turn):
+        return _split_turn(turn, policy, cost.label_tokens(turn), count_tokens)
+    return [ChunkWindow((turn,))]
 
 
 # Slices a sentence longer than a piece is first cut into: small enough that counting
@@ -363,7 +394,9 @@ class ChunkRenderer:
             s for s in ("user", "assistant", "system") if any(t.speaker == s for t in turns)
         )
         intent = classify_intent(
-            [x for t, x in zip(turns, texts, strict=True) if t.speaker == "user"], texts
+            [x for t, x in zip(turns, texts, strict=True) if t.speaker == "user"],
+            texts,
+            [x for t, x in zip(turns, texts, strict=True) if t.speaker in ("user", "system")],
         )
         metadata = ChunkMetadata(
             conversation_id=conversation_id,

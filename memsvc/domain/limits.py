@@ -23,4 +23,5 @@ MAX_INTENT_TAG_CHARS = 64
 MAX_QUERY_CHARS = 4096
 MAX_BATCH_TEXTS = 256
 MAX_TOP_K = 100
+MAX_TURN_BUDGET = 1000  # turns a search's hits may cover in all
 MAX_FILTER_VALUES = 1000  # values per list in SearchFilters

@@ -18,6 +18,7 @@ with warnings.catch_warnings():
     import jieba
     import jieba.analyse
 
+from memsvc.domain.standing import INSTRUCTION_TAG, is_standing
 from memsvc.domain.text import is_chinese
 
 ROLE_LABELS_ZH = {"user": "用户", "assistant": "助手", "system": "系统"}
@@ -97,14 +98,20 @@ INTENT_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
 )
 INTENT_OTHER = "other"
-INTENT_TAGS = (*(tag for tag, _ in INTENT_RULES), INTENT_OTHER)
+INTENT_TAGS = (INSTRUCTION_TAG, *(tag for tag, _ in INTENT_RULES), INTENT_OTHER)
 
 _DIGITS = re.compile(r"^[\d.,:%-]+$")
 _WORDISH = re.compile(r"\w")
 
 
-def classify_intent(user_texts: Sequence[str], all_texts: Sequence[str]) -> str:
-    """The first rule of INTENT_RULES matching the user turns, else the whole window."""
+def classify_intent(
+    user_texts: Sequence[str], all_texts: Sequence[str], rule_texts: Sequence[str] = ()
+) -> str:
+    """`instruction` when a user's or system's turn (`rule_texts`) states a standing
+    instruction (memsvc.domain.standing); else the first rule of INTENT_RULES matching the
+    user turns, else the whole window."""
+    if any(is_standing(t) for t in rule_texts):
+        return INSTRUCTION_TAG
     for texts in (user_texts, all_texts):
         joined = "\n".join(texts)
         if not joined:

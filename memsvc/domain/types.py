@@ -71,11 +71,22 @@ class RecordError:
 
 
 @dataclass(frozen=True)
+class Truncation:
+    """A turn accepted cut short (MEMSVC_OVERSIZE=truncate): which, and how much."""
+
+    event: str  # conversation#turn
+    field: str  # the request field, e.g. events[3].text
+    original_chars: int
+    kept_chars: int
+
+
+@dataclass(frozen=True)
 class BuildResult:
     conversation_id: str
     turn_range: TurnRange | None
     chunks: list[ChunkRecord]
     superseded_chunk_ids: list[str]
+    truncated: list[Truncation] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,7 @@ class AppendResult:
     accepted: int
     duplicates: int
     errors: list[RecordError] = field(default_factory=list)
+    truncated: list[Truncation] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -118,6 +130,12 @@ class SearchFilters:
     chunk_version: int = 0
 
 
+class SearchOrder(Enum):
+    RELEVANCE = "relevance"
+    TIME = "time"  # oldest first: how a topic unfolded
+    NEWEST = "newest"  # newest first: the current value of something stated several times
+
+
 @dataclass(frozen=True)
 class SearchRequest:
     query_text: str
@@ -125,6 +143,12 @@ class SearchRequest:
     filters: SearchFilters = field(default_factory=SearchFilters)
     mode: SearchMode | None = None
     mmr_lambda: float = 0.0
+    # Turns the hits (and standing instructions) may cover in all, each counted once;
+    # 0 = no budget, top_k alone bounds the hits.
+    turn_budget: int = 0
+    # Return the standing instructions that apply beside the hits.
+    standing: bool = True
+    order: SearchOrder = SearchOrder.RELEVANCE
 
 
 @dataclass(frozen=True)
@@ -133,3 +157,12 @@ class Hit:
     score: float
     text: str
     metadata: ChunkMetadata
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    mode: SearchMode
+    top_k: int
+    hits: list[Hit]
+    # Standing instructions and preferences that apply to the query (never among `hits`).
+    standing: list[Hit] = field(default_factory=list)

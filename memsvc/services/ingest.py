@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 import structlog
 
-from memsvc.domain import validation
+from memsvc.domain import oversize, validation
 from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import InvalidArgument
 from memsvc.domain.limits import MAX_TURN_CHARS
+from memsvc.domain.oversize import Oversize
 from memsvc.domain.records import Conversation, EventRow
 from memsvc.domain.text import clean_text
 from memsvc.domain.types import (
@@ -21,6 +22,7 @@ from memsvc.domain.types import (
     ChunkRecord,
     MemoryEvent,
     RecordError,
+    Truncation,
     TurnRange,
     UpsertResult,
 )
@@ -51,6 +53,7 @@ class IngestService:
         default_version: int,
         max_turn_chars: int = MAX_TURN_CHARS,
         build_grace_s: float = 30.0,
+        oversize: Oversize = Oversize.REFUSE,
     ) -> None:
         self.log = log
         self.store = store
@@ -59,6 +62,7 @@ class IngestService:
         self.locks = locks
         self.default_version = default_version
         self.max_turn_chars = max_turn_chars
+        self.oversize = oversize
         # Turns a caller builds synchronously are its to upsert: the worker takes them
         # over only after this long (a caller that died between Build and Upsert).
         self.build_grace_s = build_grace_s
@@ -80,6 +84,7 @@ class IngestService:
         keeps answering searches until the rebuild is wholly stored."""
         if chunk_version < 0:
             raise InvalidArgument("chunk_version", "must be >= 0 (0 = the conversation's)")
+        events, truncated = self._fit(events)
         if events:
             conv, events = validation.events(events, self.max_turn_chars)
             if (
@@ -109,9 +114,9 @@ class IngestService:
                 # nothing pending to replace them: no upsert would retire them
                 self.projector.retire_superseded(conv)
             self.projector.settle(conv)
-            return self._build_result(plan)
+            return self._build_result(plan, truncated)
 
-    def _build_result(self, plan: Replan) -> BuildResult:
+    def _build_result(self, plan: Replan, truncated: list[Truncation]) -> BuildResult:
         with self.log.snapshot() as r:
             lo, hi, count = r.turn_stats(plan.conversation_id)
         return BuildResult(
@@ -119,7 +124,15 @@ class IngestService:
             TurnRange(lo, hi) if count else None,
             plan.pending,
             plan.superseded,
+            truncated,
         )
+
+    def _fit(self, events: Sequence[MemoryEvent]) -> tuple[list[MemoryEvent], list[Truncation]]:
+        """Turns over the character limit cut to fit, when MEMSVC_OVERSIZE=truncate (else
+        validation refuses them, naming the field)."""
+        if self.oversize is Oversize.TRUNCATE:
+            return oversize.truncate(events, self.max_turn_chars)
+        return list(events), []
 
     # -- AppendEvents ---------------------------------------------------------------------
     def append(
@@ -129,6 +142,7 @@ class IngestService:
         work. A conversation with a bad event is rejected whole (its events are listed in
         `errors`); the others are written."""
         validation.event_count(events)
+        events, truncated = self._fit(events)
         by_conv: dict[str, list[tuple[int, MemoryEvent]]] = {}
         errors: list[RecordError] = []
         for i, e in enumerate(events):
@@ -163,7 +177,10 @@ class IngestService:
                     continue
                 accepted += len(changed)
                 duplicates += len(rows) - len(changed)
-        return AppendResult(accepted, duplicates, errors)
+        refused = {e.chunk_id for e in errors}
+        return AppendResult(
+            accepted, duplicates, errors, [t for t in truncated if t.event not in refused]
+        )
 
     def _event_rows(self, events: Sequence[MemoryEvent]) -> list[EventRow]:
         cleaned = [clean_text(e.text) for e in events]

@@ -15,7 +15,8 @@ what the layout holds, and nothing else stays live. Each step is here, in one pl
   how every log change that is not an append reaches the store: the change records the
   need in its own transaction, and whoever runs next (the call itself, the worker, a
   restarted process) reconciles; it is idempotent.
-- `embed` runs the model on the texts not already cached, outside any lock.
+- `embed` runs the model on the texts not already cached, outside any lock
+  (memsvc.services.vectors: what each chunk's vector is made of).
 - `store_records` (write) stores records only if each equals, byte for byte, the chunk the
   layout holds for its id at the moment of writing (checked again under the conversation's
   writer lock, after the model has embedded, so a delete or rebuild that lands meanwhile
@@ -52,6 +53,7 @@ from memsvc.domain.types import (
 from memsvc.observability import metrics
 from memsvc.observability.metrics import stage
 from memsvc.ports import ChunkStore, Embedder, EmbeddingCache, EventLog, LogWriter, WriterLocks
+from memsvc.services.vectors import ChunkVectors
 
 log = structlog.get_logger(__name__)
 
@@ -100,6 +102,7 @@ class Projector:
         self.renderer = renderer
         self.policy = renderer.policy
         self.locks = locks
+        self.vectors = ChunkVectors(log, embedder, cache, renderer.policy)
 
     # -- plan -----------------------------------------------------------------------------
     def replan(self, conversation_id: str, version: int) -> Replan:
@@ -288,7 +291,7 @@ class Projector:
     # -- embed ----------------------------------------------------------------------------
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors for `texts`, running the model only on texts the cache has not seen."""
-        return embed_passages_cached(self.embedder, self.cache, texts)
+        return self.vectors.embed(texts)
 
     # -- write ----------------------------------------------------------------------------
     def store_records(
@@ -306,19 +309,20 @@ class Projector:
         self, records: Sequence[ChunkRecord], errors: list[RecordError]
     ) -> UpsertResult:
         with stage("write", "check"):
+            epoch = self.vectors.erasure_epoch()
             authored = self._authored(records, errors)
         # The model is the slow part: embed before taking any lock. Texts already stored
         # with identical content need no vector; the cache makes the rest cheap on replays.
         with stage("write", "read"):
             existing = self.store.get([r.chunk_id for r in authored])
         need = [r for r in authored if not _holds(existing.get(r.chunk_id), r)]
+        checked = len(errors)
         with stage("write", "tokens"):
             need = self._drop_too_long(need, errors)
-        too_long = {e.chunk_id for e in errors if e.reason == REASON_TOO_LONG}
-        authored = [r for r in authored if r.chunk_id not in too_long]
-        texts = list(dict.fromkeys(r.text for r in need))
         with stage("write", "embed"):
-            vectors = dict(zip(texts, self.embed(texts), strict=True))
+            vectors = self.vectors.of(need, errors, epoch)
+        refused = {e.chunk_id for e in errors[checked:]}
+        authored = [r for r in authored if r.chunk_id not in refused]
         counts = _Counts()
         by_conv: dict[str, list[ChunkRecord]] = {}
         for r in authored:
@@ -390,7 +394,7 @@ class Projector:
         self,
         conv: str,
         records: list[ChunkRecord],
-        vectors: dict[str, np.ndarray],
+        vectors: dict[str, np.ndarray],  # by chunk id
         errors: list[RecordError],
         counts: _Counts,
     ) -> None:
@@ -404,6 +408,7 @@ class Projector:
         with stage("write", "read"):
             existing = self.store.get([r.chunk_id for r in records])
         writes: list[StoredChunk] = []
+        stale: set[str] = set()
         for r in records:
             old = existing.get(r.chunk_id)
             current = r.metadata.chunk_version == active
@@ -411,9 +416,12 @@ class Projector:
                 counts.unchanged += 1
                 continue
             live = replace(r, metadata=replace(r.metadata, deleted=False))
-            vector = vectors.get(r.text)
-            if vector is None:  # stored text, changed by a concurrent write: embed it now
-                vector = self.embed([r.text])[0]
+            vector = vectors.get(r.chunk_id)
+            if vector is None:  # stored before, changed by a concurrent write: embed it now
+                vector = self.vectors.of([r], errors).get(r.chunk_id)
+                if vector is None:  # its turn changed meanwhile: the next build renders it
+                    stale.add(r.chunk_id)
+                    continue
             writes.append(StoredChunk(live, content_hash(live), vector, current))
             if old is None:
                 counts.upserted += 1
@@ -424,7 +432,9 @@ class Projector:
             self.store.upsert(writes)
         with stage("write", "bookkeep"):
             with self.log.transaction() as tx:
-                tx.mark_indexed([(r.chunk_id, text_hash(r.text)) for r in records])
+                tx.mark_indexed(
+                    [(r.chunk_id, text_hash(r.text)) for r in records if r.chunk_id not in stale]
+                )
             counts.retired += self.retire_superseded(conv)
 
     def _drop_too_long(
@@ -527,27 +537,6 @@ def observe_lag(conv: Conversation) -> Conversation:
     if conv.searchable_after_s is not None:
         metrics.INDEX_LAG.observe(conv.searchable_after_s)
     return conv
-
-
-def embed_passages_cached(
-    embedder: Embedder, cache: EmbeddingCache, texts: Sequence[str]
-) -> np.ndarray:
-    """Vectors for `texts`, running the model only on texts the cache has not seen."""
-    hashes = [text_hash(t) for t in texts]
-    cached = cache.get_many(embedder.identity.cache_key, hashes)
-    missing = list(dict.fromkeys(h for h in hashes if h not in cached))
-    metrics.CACHE_LOOKUPS.labels("hit").inc(len(hashes) - len(missing))
-    metrics.CACHE_LOOKUPS.labels("miss").inc(len(missing))
-    if missing:
-        by_hash = {h: t for h, t in zip(hashes, texts, strict=True)}
-        vectors = embedder.encode_passages([by_hash[h] for h in missing])
-        fresh = dict(zip(missing, vectors, strict=True))
-        cache.put_many(embedder.identity.cache_key, fresh)
-        cached.update(fresh)
-    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
-    for i, h in enumerate(hashes):
-        out[i] = cached[h]
-    return out
 
 
 def _holds(stored: StoredChunk | None, record: ChunkRecord) -> bool:

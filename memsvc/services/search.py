@@ -8,15 +8,22 @@ Scores (higher = more similar, comparable within one response):
   sum of the weights, so a chunk best in both lists scores 1.0.
 - hybrid with MEMSVC_SEARCH_FUSION=rrf: reciprocal-rank fusion, sum of w / (60 + rank),
   divided by the sum of the weights over 61 (rank 1 in both lists scores 1.0).
-With MMR the selection changes, the scores do not: hits stay sorted by score.
+With MMR the selection changes, the scores do not: hits stay sorted by score (or by
+time, when the request asks for time order).
+
+Beside the hits, a search returns the standing instructions and preferences that apply
+(chunks tagged `instruction`, memsvc.domain.standing): the best few by cosine with the
+query, above a floor. They are a list of their own rather than a boost: a rule is about
+how to answer, not about the topic asked, so it ranks below the topic's turns however
+relevant it is, and boosting every rule would push topic turns out of the budget for
+queries no rule governs (benchmarks/RESULTS.md, Retrieval v3).
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
@@ -24,14 +31,15 @@ import numpy as np
 from memsvc.domain import validation
 from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import Cancelled, InvalidArgument
-from memsvc.domain.hashing import text_hash
-from memsvc.domain.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K
-from memsvc.domain.records import Candidate, Scored, StoredChunk
-from memsvc.domain.types import Hit, SearchMode, SearchRequest
+from memsvc.domain.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K, MAX_TURN_BUDGET
+from memsvc.domain.records import Candidate, Scored
+from memsvc.domain.standing import INSTRUCTION_TAG
+from memsvc.domain.types import Hit, SearchMode, SearchOrder, SearchRequest, SearchResult
 from memsvc.observability.metrics import stage
-from memsvc.ports import ChunkStore, Embedder, EventLog, LogReader, QueryEncoder, SearchScope
+from memsvc.ports import ChunkStore, Embedder, EventLog, QueryEncoder, SearchScope
 from memsvc.services.fusion import dedup_text, mmr_select, rrf_fuse, score_fuse
 from memsvc.services.recent_records import RecentRecords
+from memsvc.services.selection import Coverage, HitSelector, span_of, within
 
 DEFAULT_TOP_K = 6
 # Candidates per list in hybrid mode. A chunk missing from one list gets nothing from it,
@@ -41,6 +49,10 @@ DEFAULT_TOP_K = 6
 HYBRID_POOL = 300
 # Candidates MMR chooses from (their vectors are read).
 MMR_POOL = 40
+# Standing instructions returned beside the hits at most, and the cosine with the query
+# one needs (unrelated texts score ~0.0-0.15 with MiniLM or bge-small).
+STANDING_TOP_K = 3
+STANDING_MIN_SCORE = 0.25
 
 
 class Fusion(StrEnum):
@@ -72,6 +84,7 @@ class SearchService:
         self.tuning = tuning
         self.queries = queries
         self.recent = recent
+        self.selector = HitSelector(store, log, recent)
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="keyword")
 
     def close(self) -> None:
@@ -134,9 +147,7 @@ class SearchService:
                 )
 
     # -- EmbedDb --------------------------------------------------------------------------
-    def search(
-        self, req: SearchRequest, access: Access = FULL
-    ) -> tuple[SearchMode, int, list[Hit]]:
+    def search(self, req: SearchRequest, access: Access = FULL) -> SearchResult:
         _check_query(req.query_text, "query_text")
         scope = self._scope(req, access)
         mode = req.mode or self.tuning.default_mode
@@ -146,21 +157,30 @@ class SearchService:
             raise InvalidArgument("top_k", f"must be 0 (= {DEFAULT_TOP_K}) to {MAX_TOP_K}")
         if not 0.0 <= req.mmr_lambda <= 1.0:
             raise InvalidArgument("mmr_lambda", "must be 0 (off) or in (0, 1]")
-        top_k = req.top_k or DEFAULT_TOP_K
+        if not 0 <= req.turn_budget <= MAX_TURN_BUDGET:
+            raise InvalidArgument("turn_budget", f"must be 0 (none) to {MAX_TURN_BUDGET}")
+        # A budget counts turns: unless the request also caps the hits, the budget does.
+        top_k = req.top_k or (MAX_TOP_K if req.turn_budget else DEFAULT_TOP_K)
         audit = scope.filters.include_deleted
+        # hits the search may return at most: a budget of n turns holds n hits at most
+        most = min(top_k, req.turn_budget) if req.turn_budget else top_k
         if mode is SearchMode.HYBRID:
-            pool = max(HYBRID_POOL, top_k * 4)
-        elif req.mmr_lambda:
-            pool = max(MMR_POOL, top_k * 4)
+            pool = max(HYBRID_POOL, most * 4)
+        elif req.mmr_lambda or req.turn_budget:
+            pool = max(MMR_POOL, most * 4)  # room for hits passed over
         else:
-            pool = top_k * 2  # room for identical texts
+            pool = most * 2  # room for identical texts
         pool = min(pool, 16_384)
+        # Standing instructions need the query's vector, and are a list of their own only
+        # when the filters do not ask for one kind of chunk already.
+        standing = req.standing and mode is not SearchMode.KEYWORD and not scope.filters.intent_tag
 
         candidates: list[Candidate]
+        rules: list[Candidate] = []
         if mode is SearchMode.HYBRID:
             # BM25 needs no vector: run it while the query is being embedded.
             keyword_future = self._pool.submit(self._keyword, req.query_text, scope, pool)
-            dense = self._dense(req.query_text, scope, pool)
+            dense, rules = self._dense(req.query_text, scope, pool, standing=standing)
             keyword = keyword_future.result()
             fuse = score_fuse if self.tuning.fusion is Fusion.SCORE else rrf_fuse
             with stage("search", "fuse"):
@@ -170,48 +190,88 @@ class SearchService:
                 )
             candidates = dense + keyword
         else:
-            # A single list without MMR has few candidates: read their whole records in
-            # the search itself, not in a second round trip after it.
-            whole = not req.mmr_lambda
+            # A single list without MMR or a budget has few candidates: read their whole
+            # records in the search itself, not in a second round trip after it.
+            whole = not req.mmr_lambda and not req.turn_budget
             if mode is SearchMode.DENSE:
-                candidates = self._dense(req.query_text, scope, pool, whole)
+                candidates, rules = self._dense(
+                    req.query_text, scope, pool, whole, standing=standing
+                )
             else:
                 candidates = self._keyword(req.query_text, scope, pool, whole)
             ranked = _scored(candidates)
+        coverage = Coverage(req.turn_budget)
+        given = self._standing(rules, audit, coverage)
+        ranked = [(cid, s) for cid, s in ranked if cid not in given]
         if req.mmr_lambda and len(ranked) > top_k:
             head = ranked[: max(MMR_POOL, top_k * 4)]
             with stage("search", "read"):
                 read = self.store.get([cid for cid, _ in head], with_vectors=True)
-            records = self._verified(read, audit)
-            picked = mmr_select(dedup_text(head, records), records, top_k, req.mmr_lambda)
-            top = sorted(picked, key=lambda x: -x[1])
+            records = self.selector.verified(read, audit)
+            picked = mmr_select(dedup_text(head, records), records, len(head), req.mmr_lambda)
+            top = within(picked, records, coverage)[:top_k]
+            top = sorted(top, key=lambda x: -x[1])
         else:
             known = {c.chunk_id: c.stored for c in candidates if c.stored is not None}
             # Read by the search, or recently with the same content hash: no second read.
             # The deleted flag is not in the hash: an audit reads what is stored now.
             hashes = {} if audit else {c.chunk_id: c.content_hash for c in candidates}
-            top, records = self._top_unique(
-                ranked, top_k, self._verified(known, audit), audit, hashes
-            )
-        hits = [
-            Hit(cid, score, records[cid].record.text, records[cid].record.metadata)
-            for cid, score in top
-        ]
-        return mode, top_k, hits
+            top, records = self.selector.top(ranked, top_k, known, audit, hashes, coverage)
+        hits = _in_order(
+            [
+                Hit(cid, score, records[cid].record.text, records[cid].record.metadata)
+                for cid, score in top
+            ],
+            req.order,
+        )
+        return SearchResult(mode, top_k, hits, list(given.values()))
 
     def _dense(
-        self, query: str, scope: SearchScope, pool: int, whole: bool = False
-    ) -> list[Candidate]:
+        self,
+        query: str,
+        scope: SearchScope,
+        pool: int,
+        whole: bool = False,
+        *,
+        standing: bool = False,
+    ) -> tuple[list[Candidate], list[Candidate]]:
+        """The dense list, and the standing instructions in scope nearest the query."""
         with stage("search", "embed"):
             vector = self.queries.encode(query)
+        rules = None
+        if standing:
+            only_rules = replace(scope, filters=replace(scope.filters, intent_tag=INSTRUCTION_TAG))
+            rules = self._pool.submit(
+                self.store.search_dense, vector, only_rules, STANDING_TOP_K * 2, True
+            )
         with stage("search", "dense"):
-            return self.store.search_dense(vector, scope, pool, whole)
+            found = self.store.search_dense(vector, scope, pool, whole)
+        return found, (rules.result() if rules is not None else [])
 
     def _keyword(
         self, query: str, scope: SearchScope, pool: int, whole: bool = False
     ) -> list[Candidate]:
         with stage("search", "keyword"):
             return self.store.search_keyword(query, scope, pool, whole)
+
+    def _standing(
+        self, rules: Sequence[Candidate], audit: bool, coverage: Coverage
+    ) -> dict[str, Hit]:
+        """The standing instructions to return, by chunk id: the log holds them live, they
+        clear the floor, and their turns fit the budget (then counted in it)."""
+        near = {c.chunk_id: c for c in rules if c.stored and c.score >= STANDING_MIN_SCORE}
+        live = self.selector.verified({cid: c.stored for cid, c in near.items() if c.stored}, audit)
+        given: dict[str, Hit] = {}
+        for cid, c in near.items():
+            stored = live.get(cid)
+            if stored is None or len(given) >= STANDING_TOP_K:
+                continue
+            new = coverage.new_turns(span_of(stored))
+            if not new or not coverage.fits(new):
+                continue
+            coverage.turns.update(new)
+            given[cid] = Hit(cid, c.score, stored.record.text, stored.record.metadata)
+        return given
 
     def _scope(self, req: SearchRequest, access: Access) -> SearchScope:
         """The filters in normal form, within what the token may read: its prefixes when it
@@ -229,185 +289,17 @@ class SearchService:
         with self.log.snapshot() as r:
             return SearchScope(f, prefixes, r.active_versions_of_multi(f.conversation_ids))
 
-    def _verified(self, records: Mapping[str, StoredChunk], audit: bool) -> dict[str, StoredChunk]:
-        """The records the log holds live now: a chunk of its layout with the same content
-        (or a superseded tail awaiting removal). While a conversation's delete or purge is
-        committed but not yet reconciled, its layout may predate it: then a chunk whose
-        turn range holds a deleted turn is left out too. So what a crash or an outage left
-        in the store is never returned, even before the recorded work repairs it. `audit`
-        (include deleted) keeps the layout's deleted chunks too."""
-        if not records:
-            return {}
-        with stage("search", "verify"):
-            return self._verified_now(records, audit)
 
-    def _verified_now(
-        self, records: Mapping[str, StoredChunk], audit: bool
-    ) -> dict[str, StoredChunk]:
-        ids = list(records)
-        convs = {s.record.metadata.conversation_id for s in records.values()}
-        with self.log.snapshot() as r:
-            layout = r.layout_rows(ids)
-            waiting = r.waiting_superseded(ids)
-            unsettled = _unsettled(r, convs)
-            deleted = {
-                c: r.deleted_turn_ids(c) for c in (_conversations_of(records, waiting) | unsettled)
-            }
-        out: dict[str, StoredChunk] = {}
-        for cid, stored in records.items():
-            row = layout.get(cid)
-            m = stored.record.metadata
-            if row is not None:
-                known = row.content_hash == stored.content_hash and (audit or not row.deleted)
-            else:
-                known = cid in waiting
-            if not known:
-                continue
-            # A superseded tail was never re-rendered: its range says what it holds.
-            doubtful = row is None or m.conversation_id in unsettled
-            turns = deleted.get(m.conversation_id, []) if doubtful else []
-            if not audit and _span_holds(m.turn_range.start, m.turn_range.end, turns):
-                continue
-            out[cid] = stored
-        return out
+def _in_order(hits: list[Hit], order: SearchOrder) -> list[Hit]:
+    """Hits as ranked, or in conversation time order (oldest or newest first)."""
+    if order is SearchOrder.RELEVANCE:
+        return hits
 
-    def _top_unique(
-        self,
-        ranked: Sequence[Scored],
-        top_k: int,
-        known: Mapping[str, StoredChunk],
-        audit: bool,
-        hashes: Mapping[str, str],
-    ) -> tuple[list[Scored], dict[str, StoredChunk]]:
-        """The first `top_k` candidates with distinct texts, and their records. Records
-        the search returned whole are `known`. The others are judged by the log first, in
-        slices of 4 x top_k then twice as large each time: which are live with the content
-        the search saw, and what text each holds (its layout's text hash). So only the hits
-        are read, in one round trip unless texts repeat past the slice, never a copy of a
-        text already kept (a greeting repeated in every conversation of an unscoped
-        search): a read costs ~1 ms a round trip and ~0.05 ms a record, whatever the size
-        of the store, and judging a few more ids in the log far less
-        (benchmarks/RESULTS.md, Speed v4). A hit removed between the search
-        and the read, or one the log cannot judge without its record (a superseded tail
-        awaiting removal), is read and judged again, and the choice is made anew."""
-        records: dict[str, StoredChunk] = dict(known)
-        live: dict[str, str] = {}  # chunk id -> text hash, live in the log as searched
-        judged: set[str] = set(known)
-        text_of: dict[str, str] = {}
-        start, size = 0, top_k * 4
-        while True:
-            top, unread = _pick(ranked[:start], top_k, records, live, judged, text_of)
-            if unread:
-                records.update(self._read(unread, hashes, live, audit))
-                judged.update(unread)
-                done = set(unread)
-                live = {cid: h for cid, h in live.items() if cid not in done}
-                continue
-            if len(top) >= top_k or start >= len(ranked):
-                return top, records
-            part = [cid for cid, _ in ranked[start : start + size]]
-            start, size = start + len(part), size * 2
-            found, doubtful = self._live_in_log([c for c in part if c not in judged], hashes)
-            live.update(found)
-            judged.update(c for c in part if c not in doubtful)
+    def when(h: Hit) -> tuple[str, str, int]:
+        m = h.metadata
+        return (m.timestamp_range.start, m.conversation_id, m.turn_range.start)
 
-    def _read(
-        self, ids: Sequence[str], hashes: Mapping[str, str], live: Mapping[str, str], audit: bool
-    ) -> dict[str, StoredChunk]:
-        """The records of `ids` the log holds live. One with the content the log was just
-        asked about needs no second look; any other is verified."""
-        found = self.recent.take([(cid, hashes[cid]) for cid in ids if cid in hashes])
-        unread = [cid for cid in ids if cid not in found]
-        if unread:
-            with stage("search", "read"):
-                fresh = self.store.get(unread)
-            self.recent.keep(fresh.values())
-            found.update(fresh)
-        checked = {
-            cid: s for cid, s in found.items() if cid in live and s.content_hash == hashes[cid]
-        }
-        doubtful = {cid: s for cid, s in found.items() if cid not in checked}
-        return checked | self._verified(doubtful, audit)
-
-    def _live_in_log(
-        self, ids: Sequence[str], hashes: Mapping[str, str]
-    ) -> tuple[dict[str, str], set[str]]:
-        """Of candidates with the content hashes the search returned: those the log holds
-        live with that content (as `_verified_now` judges a record), with their text hash,
-        and those it cannot judge without their records: a superseded tail awaiting
-        removal, or a candidate without a hash (an audit: the deleted flag is outside the
-        hash). The rest are not live."""
-        hashed = [cid for cid in ids if hashes.get(cid)]
-        doubtful = {cid for cid in ids if not hashes.get(cid)}
-        if not hashed:
-            return {}, doubtful
-        with stage("search", "verify"), self.log.snapshot() as r:
-            layout = r.layout_rows(hashed)
-            doubtful |= r.waiting_superseded([cid for cid in hashed if cid not in layout])
-            unsettled = _unsettled(r, {row.conversation_id for row in layout.values()})
-            deleted = {c: r.deleted_turn_ids(c) for c in unsettled}
-        live: dict[str, str] = {}
-        for cid, row in layout.items():
-            if row.deleted or row.content_hash != hashes[cid]:
-                continue
-            if _span_holds(row.start_turn, row.end_turn, deleted.get(row.conversation_id, [])):
-                continue
-            live[cid] = row.text_hash
-        return live, doubtful
-
-
-def _pick(
-    ranked: Sequence[Scored],
-    top_k: int,
-    records: Mapping[str, StoredChunk],
-    live: Mapping[str, str],
-    judged: set[str],
-    text_of: dict[str, str],
-) -> tuple[list[Scored], list[str]]:
-    """The best-ranked candidates with distinct texts, up to `top_k`, and the records still
-    to be read before that choice is final: the picks the log holds live (known by their
-    text hash, not yet read), and every candidate ranked before the last pick that the log
-    could not judge (its text, once read, may come first)."""
-    seen: set[str] = set()
-    top: list[Scored] = []
-    unread: list[str] = []
-    for cid, score in ranked:
-        if len(top) >= top_k:
-            break
-        stored = records.get(cid)
-        if stored is not None:
-            key = text_of.get(cid)
-            if key is None:
-                key = text_of[cid] = text_hash(stored.record.text)
-        elif cid in live:
-            key = live[cid]
-        elif cid not in judged:
-            unread.append(cid)
-            continue
-        else:
-            continue  # not live, or gone since the search
-        if key not in seen:
-            seen.add(key)
-            top.append((cid, score))
-            if stored is None:
-                unread.append(cid)
-    return top, unread
-
-
-def _unsettled(r: LogReader, conversation_ids: set[str]) -> set[str]:
-    """Those whose delete or purge is committed but not yet reconciled: their layout may
-    predate it, so a chunk's range is checked against their deleted turns."""
-    rows = {c: r.conversation(c) for c in conversation_ids}
-    return {c for c, conv in rows.items() if conv is not None and conv.needs_reconcile}
-
-
-def _conversations_of(records: Mapping[str, StoredChunk], ids: set[str]) -> set[str]:
-    return {records[cid].record.metadata.conversation_id for cid in ids if cid in records}
-
-
-def _span_holds(start: int, end: int, sorted_turns: Sequence[int]) -> bool:
-    i = bisect.bisect_left(sorted_turns, start)
-    return i < len(sorted_turns) and sorted_turns[i] <= end
+    return sorted(hits, key=when, reverse=order is SearchOrder.NEWEST)
 
 
 def _scored(candidates: Sequence[Candidate]) -> list[Scored]:

@@ -74,7 +74,7 @@ def test_the_local_model_moved_to_a_server_keeps_its_collection(
         assert moved.store.identity == identity
         (status,) = moved.queue.status(["c"])
         assert status.state == "idle" and moved.store.count(deleted=False) == stored
-        hits = moved.search.search(SearchRequest("puppy breed", 3, SearchFilters(("c",))))[2]
+        hits = moved.search.search(SearchRequest("puppy breed", 3, SearchFilters(("c",)))).hits
         assert "golden retriever" in hits[0].text
     finally:
         moved.close()
@@ -108,7 +108,7 @@ def test_another_model_is_refused_naming_both_and_a_new_collection_rebuilds(
         assert any(e["event"] == "store_changed_reindexing" for e in logs)
         assert until_idle(rebuilt, "c", timeout_s=120).state == "idle"
         assert rebuilt.store.count(deleted=False) == stored
-        hits = rebuilt.search.search(SearchRequest("酒店", 6, SearchFilters(("c",))))[2]
+        hits = rebuilt.search.search(SearchRequest("酒店", 6, SearchFilters(("c",)))).hits
         assert hits and all(h.chunk_id for h in hits)
     finally:
         rebuilt.close()

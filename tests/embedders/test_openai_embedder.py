@@ -66,7 +66,7 @@ def test_the_same_model_through_a_server_writes_the_same_vectors_and_finds_the_s
             services.ingest.append(conversation("c", EN_TURNS + ZH_TURNS))
             until_idle(services, "c")
             found[name] = [
-                [h.chunk_id for h in services.search.search(SearchRequest(q, 3))[2]]
+                [h.chunk_id for h in services.search.search(SearchRequest(q, 3)).hits]
                 for q in QUERIES
             ]
         finally:
@@ -112,7 +112,7 @@ def test_a_server_killed_mid_ingest_loses_nothing_and_fails_no_attempt(
         with services.log.snapshot() as r:
             layout = sum(len(r.conversation_layout(c)) for c in convs)
         assert services.store.count(deleted=False) == layout >= stored_while_down
-        hits = services.search.search(SearchRequest("what breed", 3, SearchFilters(("k5",))))[2]
+        hits = services.search.search(SearchRequest("what breed", 3, SearchFilters(("k5",)))).hits
         assert hits and "golden retriever" in hits[0].text
     finally:
         services.close()

@@ -66,7 +66,7 @@ def check(svc: Services) -> None:
     if deleted:
         query = " ".join(marker(t) for t in deleted[:12])
         for mode in SearchMode:
-            _, _, hits = svc.search.search(SearchRequest(query, 50, SearchFilters((CONV,)), mode))
+            hits = svc.search.search(SearchRequest(query, 50, SearchFilters((CONV,)), mode)).hits
             assert not [t for t in deleted if any(marker(t) in h.text for h in hits)], mode
 
 

@@ -175,7 +175,12 @@ async def flow(writer: Client, reader: Client, conversation: str) -> None:
         assert deleted.structured_content is not None
         assert deleted.structured_content["turns_deleted"] == 2
         after = await reader.call_tool("search_memory", query)
-        assert after.structured_content == {"query": query["query"], "mode": "hybrid", "hits": []}
+        assert after.structured_content == {
+            "query": query["query"],
+            "mode": "hybrid",
+            "hits": [],
+            "standing": [],
+        }
 
 
 def test_mcp_over_stdio(target: str) -> None:

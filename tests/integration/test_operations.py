@@ -225,7 +225,7 @@ def test_cancelled_reindex_keeps_the_old_version_answering(services: Services) -
     services.control.set_paused(False)
     done = services.control.wait_for_indexed("rx", len(EN_TURNS) - 1, 60)
     assert done is not None and services.control.is_indexed("rx", len(EN_TURNS) - 1)
-    _, _, hits = services.search.search(SearchRequest("Biscuit", 6, SearchFilters(("rx",))))
+    hits = services.search.search(SearchRequest("Biscuit", 6, SearchFilters(("rx",)))).hits
     assert hits and {h.metadata.chunk_version for h in hits} == {1}
 
 

@@ -5,8 +5,9 @@
   once the vector store holds its text.
 - chunk_history: every chunk id a conversation ever had, with its turn range, so a delete
   by chunk id works for any id a search ever returned (superseded tails included).
-- chunk_texts: the text hash of every chunk ever rendered, with its turn range, so a purge
-  can remove every cached vector derived from a purged turn.
+- chunk_texts: the text hash of every chunk ever rendered (and of every other text
+  embedded for a chunk: a turn's head and gist), with its turn range, so a purge can
+  remove every cached vector derived from a purged turn.
 - superseded: tail chunks replaced by a later plan; removed from the vector store on the
   next write of that conversation (pending = 1 until then), and refused if upserted again.
 - erasures: text hashes whose cached vectors a purge must still forget.
@@ -169,6 +170,13 @@ class LayoutQueries:
                 (r.chunk_id, r.conversation_id, r.chunk_version, r.start_turn, r.end_turn)
                 for r in rows
             ),
+        )
+
+    def record_texts(self, conversation_id: str, rows: Iterable[tuple[str, int, int]]) -> None:
+        self.sql.many(
+            "INSERT INTO chunk_texts (conversation_id, text_hash, start_turn, end_turn)"
+            " VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
+            ((conversation_id, h, start, end) for h, start, end in rows),
         )
 
     def mark_indexed(self, pairs: Iterable[tuple[str, str]]) -> None:

@@ -8,11 +8,14 @@ from memsvc.domain.records import QueueItem, ServerDescription
 from memsvc.domain.types import (
     ChunkMetadata,
     ChunkRecord,
+    Hit,
     MemoryEvent,
     RecordError,
     SearchFilters,
     SearchMode,
+    SearchOrder,
     TimestampRange,
+    Truncation,
     TurnRange,
 )
 from memsvc.v1 import memory_pb2 as pb
@@ -23,6 +26,12 @@ MODES = {
     pb.SEARCH_MODE_HYBRID: SearchMode.HYBRID,
 }
 MODES_PB = {v: k for k, v in MODES.items()}
+ORDERS = {
+    pb.SEARCH_ORDER_UNSPECIFIED: SearchOrder.RELEVANCE,
+    pb.SEARCH_ORDER_RELEVANCE: SearchOrder.RELEVANCE,
+    pb.SEARCH_ORDER_TIME: SearchOrder.TIME,
+    pb.SEARCH_ORDER_NEWEST: SearchOrder.NEWEST,
+}
 
 
 # -- protobuf <-> core ----------------------------------------------------------------------
@@ -129,3 +138,21 @@ def server_info_to_pb(server: ServerDescription) -> pb.ServerInfo:
         embed_backend=server.embed_backend,
         log_backend=server.log_backend,
     )
+
+
+def hit_to_pb(h: Hit) -> pb.Hit:
+    return pb.Hit(
+        chunk_id=h.chunk_id, score=h.score, text=h.text, metadata=metadata_to_pb(h.metadata)
+    )
+
+
+def truncations_to_pb(items: Iterable[Truncation]) -> list[pb.Truncation]:
+    return [
+        pb.Truncation(
+            event=t.event,
+            field=t.field,
+            original_chars=t.original_chars,
+            kept_chars=t.kept_chars,
+        )
+        for t in items
+    ]

@@ -22,15 +22,17 @@ from memsvc.transports.grpc.auth import current_access
 from memsvc.transports.grpc.convert import (
     MODES,
     MODES_PB,
+    ORDERS,
     errors_to_pb,
     event_from_pb,
     event_to_pb,
     filters_from_pb,
+    hit_to_pb,
     index_status_to_pb,
-    metadata_to_pb,
     record_from_pb,
     record_to_pb,
     server_info_to_pb,
+    truncations_to_pb,
 )
 from memsvc.transports.grpc.status import code_of, status_of
 from memsvc.v1 import memory_pb2 as pb
@@ -151,6 +153,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             conversation_id=result.conversation_id,
             chunks=[record_to_pb(c) for c in result.chunks],
             superseded_chunk_ids=result.superseded_chunk_ids,
+            truncated=truncations_to_pb(result.truncated),
         )
         if result.turn_range is not None:
             response.turn_range.start = result.turn_range.start
@@ -231,29 +234,27 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     ) -> pb.EmbedDbResponse:
         if request.mode not in (pb.SEARCH_MODE_UNSPECIFIED, *MODES):
             raise InvalidArgument("mode", f"unknown search mode {request.mode}")
-        mode, top_k, hits = self.core.search.search(
+        if request.order not in ORDERS:
+            raise InvalidArgument("order", f"unknown search order {request.order}")
+        found = self.core.search.search(
             SearchRequest(
                 query_text=request.query_text,
                 top_k=request.top_k,
                 filters=filters_from_pb(request.filters),
                 mode=MODES.get(request.mode),
                 mmr_lambda=request.mmr_lambda,
+                turn_budget=request.turn_budget,
+                standing=not request.exclude_standing,
+                order=ORDERS[request.order],
             ),
             current_access(),
         )
         return pb.EmbedDbResponse(
             query_text=request.query_text,
-            top_k=top_k,
-            mode=MODES_PB[mode],
-            hits=[
-                pb.Hit(
-                    chunk_id=h.chunk_id,
-                    score=h.score,
-                    text=h.text,
-                    metadata=metadata_to_pb(h.metadata),
-                )
-                for h in hits
-            ],
+            top_k=found.top_k,
+            mode=MODES_PB[found.mode],
+            hits=[hit_to_pb(h) for h in found.hits],
+            standing=[hit_to_pb(h) for h in found.standing],
         )
 
     @rpc(lambda r: {"chunks": len(r.chunks)})
@@ -315,6 +316,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             accepted=result.accepted,
             duplicates=result.duplicates,
             errors=errors_to_pb(result.errors),
+            truncated=truncations_to_pb(result.truncated),
         )
 
     @rpc(lambda r: {"conversations": len(r.conversations), "backlog": r.total_backlog})

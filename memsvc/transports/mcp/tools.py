@@ -36,6 +36,11 @@ MODES = {
     "keyword": pb.SEARCH_MODE_KEYWORD,
 }
 MODE_NAMES = {v: k for k, v in MODES.items()}
+ORDERS = {
+    "relevance": pb.SEARCH_ORDER_RELEVANCE,
+    "time": pb.SEARCH_ORDER_TIME,
+    "newest": pb.SEARCH_ORDER_NEWEST,
+}
 WAIT_TIMEOUT_MS = 60_000
 
 
@@ -89,6 +94,11 @@ class SearchResult(BaseModel):
     query: str
     mode: str
     hits: list[Hit]
+    standing: list[Hit] = Field(
+        default_factory=list,
+        description="Standing instructions and preferences the user gave that apply to this"
+        " query: follow them.",
+    )
 
 
 class DeleteResult(BaseModel):
@@ -110,6 +120,21 @@ class StatusResult(BaseModel):
     conversations: list[ConversationStatus]
     total_backlog: int
     paused: bool
+
+
+def _hit(h: pb.Hit) -> Hit:
+    return Hit(
+        chunk_id=h.chunk_id,
+        score=round(h.score, 4),
+        text=h.text,
+        conversation_id=h.metadata.conversation_id,
+        turn_start=h.metadata.turn_range.start,
+        turn_end=h.metadata.turn_range.end,
+        time_start=h.metadata.timestamp_range.start,
+        time_end=h.metadata.timestamp_range.end,
+        speakers=list(h.metadata.speakers),
+        participants=list(h.metadata.participants),
+    )
 
 
 def _result(text: str, value: BaseModel) -> CallToolResult:
@@ -241,10 +266,23 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
         time_to: Annotated[
             str | None, Field(description="Only passages at or before this RFC 3339 time.")
         ] = None,
+        turn_budget: Annotated[
+            int | None,
+            Field(description="At most this many turns in all (each counted once); fills it."),
+        ] = None,
+        order: Annotated[
+            Literal["relevance", "time", "newest"] | None,
+            Field(
+                description="relevance (default), time (oldest first: how a topic unfolded)"
+                " or newest (newest first: the current value of something)."
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, SearchResult]:
         request = pb.EmbedDbRequest(
             query_text=query,
             top_k=top_k or 0,
+            turn_budget=turn_budget or 0,
+            order=ORDERS[order] if order else pb.SEARCH_ORDER_UNSPECIFIED,
             mode=MODES[mode] if mode else pb.SEARCH_MODE_UNSPECIFIED,
             filters=pb.SearchFilters(
                 conversation_ids=conversation_ids or [],
@@ -259,29 +297,25 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
             "filters.timestamp_range.start": "time_from",
             "filters.timestamp_range.end": "time_to",
             "filters.timestamp_range": "time_from",
+            "turn_budget": "turn_budget",
         }
         reply = await _off_loop(
             gateway.call, lambda s: s.EmbedDb, request, token(ctx), renames=renames
         )
-        hits = [
-            Hit(
-                chunk_id=h.chunk_id,
-                score=round(h.score, 4),
-                text=h.text,
-                conversation_id=h.metadata.conversation_id,
-                turn_start=h.metadata.turn_range.start,
-                turn_end=h.metadata.turn_range.end,
-                time_start=h.metadata.timestamp_range.start,
-                time_end=h.metadata.timestamp_range.end,
-                speakers=list(h.metadata.speakers),
-                participants=list(h.metadata.participants),
-            )
-            for h in reply.hits
-        ]
-        value = SearchResult(query=query, mode=MODE_NAMES.get(reply.mode, "hybrid"), hits=hits)
-        if not hits:
+        hits = [_hit(h) for h in reply.hits]
+        standing = [_hit(h) for h in reply.standing]
+        value = SearchResult(
+            query=query, mode=MODE_NAMES.get(reply.mode, "hybrid"), hits=hits, standing=standing
+        )
+        if not hits and not standing:
             return _result("No stored passage matches.", value)
-        lines = [f"{len(hits)} passage(s), best first:"]
+        lines = []
+        if standing:
+            lines.append(f"{len(standing)} standing instruction(s) of the user that apply:")
+            lines += [f"\n- {h.conversation_id} turn {h.turn_start}: {h.text}" for h in standing]
+            lines.append("")
+        first = {"time": "oldest", "newest": "newest"}.get(order or "", "best")
+        lines.append(f"{len(hits)} passage(s), {first} first:")
         for n, h in enumerate(hits, 1):
             lines.append(
                 f"\n[{n}] {h.conversation_id} turns {h.turn_start}-{h.turn_end}, "

@@ -13,10 +13,21 @@ class SearchMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SEARCH_MODE_DENSE: _ClassVar[SearchMode]
     SEARCH_MODE_KEYWORD: _ClassVar[SearchMode]
     SEARCH_MODE_HYBRID: _ClassVar[SearchMode]
+
+class SearchOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEARCH_ORDER_UNSPECIFIED: _ClassVar[SearchOrder]
+    SEARCH_ORDER_RELEVANCE: _ClassVar[SearchOrder]
+    SEARCH_ORDER_TIME: _ClassVar[SearchOrder]
+    SEARCH_ORDER_NEWEST: _ClassVar[SearchOrder]
 SEARCH_MODE_UNSPECIFIED: SearchMode
 SEARCH_MODE_DENSE: SearchMode
 SEARCH_MODE_KEYWORD: SearchMode
 SEARCH_MODE_HYBRID: SearchMode
+SEARCH_ORDER_UNSPECIFIED: SearchOrder
+SEARCH_ORDER_RELEVANCE: SearchOrder
+SEARCH_ORDER_TIME: SearchOrder
+SEARCH_ORDER_NEWEST: SearchOrder
 
 class MemoryEvent(_message.Message):
     __slots__ = ("conversation_id", "turn_id", "speaker", "text", "timestamp", "participants", "speaker_name")
@@ -109,16 +120,30 @@ class BuildIncrementalChunksRequest(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., chunk_version: _Optional[int] = ..., allow_gaps: _Optional[bool] = ..., conversation_id: _Optional[str] = ...) -> None: ...
 
 class BuildIncrementalChunksResponse(_message.Message):
-    __slots__ = ("conversation_id", "turn_range", "chunks", "superseded_chunk_ids")
+    __slots__ = ("conversation_id", "turn_range", "chunks", "superseded_chunk_ids", "truncated")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_RANGE_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     SUPERSEDED_CHUNK_IDS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     turn_range: TurnRange
     chunks: _containers.RepeatedCompositeFieldContainer[ChunkRecord]
     superseded_chunk_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, conversation_id: _Optional[str] = ..., turn_range: _Optional[_Union[TurnRange, _Mapping]] = ..., chunks: _Optional[_Iterable[_Union[ChunkRecord, _Mapping]]] = ..., superseded_chunk_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    truncated: _containers.RepeatedCompositeFieldContainer[Truncation]
+    def __init__(self, conversation_id: _Optional[str] = ..., turn_range: _Optional[_Union[TurnRange, _Mapping]] = ..., chunks: _Optional[_Iterable[_Union[ChunkRecord, _Mapping]]] = ..., superseded_chunk_ids: _Optional[_Iterable[str]] = ..., truncated: _Optional[_Iterable[_Union[Truncation, _Mapping]]] = ...) -> None: ...
+
+class Truncation(_message.Message):
+    __slots__ = ("event", "field", "original_chars", "kept_chars")
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_CHARS_FIELD_NUMBER: _ClassVar[int]
+    KEPT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    event: str
+    field: str
+    original_chars: int
+    kept_chars: int
+    def __init__(self, event: _Optional[str] = ..., field: _Optional[str] = ..., original_chars: _Optional[int] = ..., kept_chars: _Optional[int] = ...) -> None: ...
 
 class UpsertVectorRecordsRequest(_message.Message):
     __slots__ = ("records",)
@@ -219,18 +244,24 @@ class SearchFilters(_message.Message):
     def __init__(self, conversation_ids: _Optional[_Iterable[str]] = ..., participants: _Optional[_Iterable[str]] = ..., speakers: _Optional[_Iterable[str]] = ..., timestamp_range: _Optional[_Union[TimestampRange, _Mapping]] = ..., intent_tag: _Optional[str] = ..., include_deleted: _Optional[bool] = ..., chunk_version: _Optional[int] = ...) -> None: ...
 
 class EmbedDbRequest(_message.Message):
-    __slots__ = ("query_text", "top_k", "filters", "mode", "mmr_lambda")
+    __slots__ = ("query_text", "top_k", "filters", "mode", "mmr_lambda", "turn_budget", "exclude_standing", "order")
     QUERY_TEXT_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     FILTERS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     MMR_LAMBDA_FIELD_NUMBER: _ClassVar[int]
+    TURN_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_STANDING_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
     query_text: str
     top_k: int
     filters: SearchFilters
     mode: SearchMode
     mmr_lambda: float
-    def __init__(self, query_text: _Optional[str] = ..., top_k: _Optional[int] = ..., filters: _Optional[_Union[SearchFilters, _Mapping]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., mmr_lambda: _Optional[float] = ...) -> None: ...
+    turn_budget: int
+    exclude_standing: bool
+    order: SearchOrder
+    def __init__(self, query_text: _Optional[str] = ..., top_k: _Optional[int] = ..., filters: _Optional[_Union[SearchFilters, _Mapping]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., mmr_lambda: _Optional[float] = ..., turn_budget: _Optional[int] = ..., exclude_standing: _Optional[bool] = ..., order: _Optional[_Union[SearchOrder, str]] = ...) -> None: ...
 
 class Hit(_message.Message):
     __slots__ = ("chunk_id", "score", "text", "metadata")
@@ -245,16 +276,18 @@ class Hit(_message.Message):
     def __init__(self, chunk_id: _Optional[str] = ..., score: _Optional[float] = ..., text: _Optional[str] = ..., metadata: _Optional[_Union[ChunkMetadata, _Mapping]] = ...) -> None: ...
 
 class EmbedDbResponse(_message.Message):
-    __slots__ = ("query_text", "top_k", "hits", "mode")
+    __slots__ = ("query_text", "top_k", "hits", "mode", "standing")
     QUERY_TEXT_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     HITS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    STANDING_FIELD_NUMBER: _ClassVar[int]
     query_text: str
     top_k: int
     hits: _containers.RepeatedCompositeFieldContainer[Hit]
     mode: SearchMode
-    def __init__(self, query_text: _Optional[str] = ..., top_k: _Optional[int] = ..., hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., mode: _Optional[_Union[SearchMode, str]] = ...) -> None: ...
+    standing: _containers.RepeatedCompositeFieldContainer[Hit]
+    def __init__(self, query_text: _Optional[str] = ..., top_k: _Optional[int] = ..., hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., standing: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ...) -> None: ...
 
 class ListChunksRequest(_message.Message):
     __slots__ = ("conversation_id", "include_deleted", "page_size", "page_token", "chunk_version")
@@ -335,14 +368,16 @@ class AppendEventsRequest(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., allow_gaps: _Optional[bool] = ...) -> None: ...
 
 class AppendEventsResponse(_message.Message):
-    __slots__ = ("accepted", "duplicates", "errors")
+    __slots__ = ("accepted", "duplicates", "errors", "truncated")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     DUPLICATES_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     accepted: int
     duplicates: int
     errors: _containers.RepeatedCompositeFieldContainer[RecordError]
-    def __init__(self, accepted: _Optional[int] = ..., duplicates: _Optional[int] = ..., errors: _Optional[_Iterable[_Union[RecordError, _Mapping]]] = ...) -> None: ...
+    truncated: _containers.RepeatedCompositeFieldContainer[Truncation]
+    def __init__(self, accepted: _Optional[int] = ..., duplicates: _Optional[int] = ..., errors: _Optional[_Iterable[_Union[RecordError, _Mapping]]] = ..., truncated: _Optional[_Iterable[_Union[Truncation, _Mapping]]] = ...) -> None: ...
 
 class IndexStatus(_message.Message):
     __slots__ = ("conversation_id", "last_appended_turn", "last_indexed_turn", "backlog", "state", "last_error", "attempts", "chunk_version", "reindexing")

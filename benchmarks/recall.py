@@ -1,0 +1,274 @@
+"""Evidence recall within a turn budget, per conversation shape, beside a naive baseline.
+
+    python benchmarks/recall.py [--shapes locomo,beam] [--eval FILE] [--beam DIR]
+                                [--modes dense,keyword,hybrid] [--chats 1-10]
+
+Two shapes of conversation:
+- locomo: LoCoMo dev (`--eval`, default ../shared/eval/locomo-dev.json): short chat turns
+  between two people; categories 1-4 (multi-hop, temporal, open-domain, single-hop).
+- beam: BEAM 100K chats (`--beam`, default data/beam/chats/100K; fetch the repository
+  mohammadtavakoli78/BEAM into a git-ignored folder, its data has no license to commit):
+  long agent turns (code, logs, standing instructions). Chats 1-10 are the dev split;
+  11-20 and the larger splits are held out (`--chats 11-20 --held-out`, for a final
+  measurement only, never for tuning).
+
+Each conversation is ingested through BuildIncrementalChunks + UpsertVectorRecords into a
+`memsvc serve` child (MEMSVC_OVERSIZE=truncate: BEAM holds a 349,000-character turn). For
+every question with evidence turns, each system returns turns within a budget of 10 and
+of 20 turns, and recall = evidence turns returned / evidence turns:
+- naive: one vector per turn (its first 512 tokens, the model's limit) with the same
+  bundled model, in this process; the top 10 / 20 turns by cosine;
+- memsvc in each mode: EmbedDb with `turn_budget` 10 / 20 (the turns of the standing
+  instructions and of the hits, each turn counted once).
+LoCoMo also reports recall@10 hits (top_k 10, no budget), the figure `make eval` floors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+from _common import DEFAULT_EVAL, ROOT, ingest, machine, percentile
+
+from evals import beam, locomo
+from memsvc.config import Settings
+from memsvc.domain.types import MemoryEvent
+from memsvc.embedding.model import BUNDLED_MODEL_NAME, load_local_embedder
+from memsvc.v1 import memory_pb2 as pb
+from memsvc.v1 import memory_pb2_grpc as pb_grpc
+from tests.support.launch import running_server
+
+MODES = {
+    "dense": pb.SEARCH_MODE_DENSE,
+    "keyword": pb.SEARCH_MODE_KEYWORD,
+    "hybrid": pb.SEARCH_MODE_HYBRID,
+}
+BUDGETS = (10, 20)
+DEFAULT_BEAM = ROOT / "data" / "beam" / "chats" / "100K"
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    group: str  # category group reported
+    category: str
+    evidence: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    conversation_id: str
+    events: list[MemoryEvent]
+    questions: list[Question]
+
+
+def locomo_shape(path: Path) -> list[Conversation]:
+    names = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+    return [
+        Conversation(
+            c.conversation_id,
+            c.events,
+            [
+                Question(q.question, "all", names[q.category], q.evidence)
+                for q in c.questions
+                if q.category in names and q.evidence
+            ],
+        )
+        for c in locomo.load_locomo(path)
+    ]
+
+
+def beam_shape(path: Path, chats: Sequence[int]) -> list[Conversation]:
+    return [
+        Conversation(
+            c.conversation_id,
+            c.events,
+            [
+                Question(q.question, beam.group_of(q.category), q.category, q.evidence)
+                for q in c.questions
+            ],
+        )
+        for c in beam.load_beam(path, list(chats))
+    ]
+
+
+# A system: (conversation, question, budget) -> turns returned within the budget.
+System = Callable[[Conversation, Question, int], set[int]]
+
+
+def naive(embedder: object) -> System:
+    """One vector per turn (the model reads its first 512 tokens), top turns by cosine."""
+    vectors: dict[str, np.ndarray] = {}
+
+    def turns(conv: Conversation, q: Question, budget: int) -> set[int]:
+        if conv.conversation_id not in vectors:
+            vectors[conv.conversation_id] = embedder.encode_passages(  # type: ignore[attr-defined]
+                [e.text for e in conv.events]
+            )
+        qv = embedder.encode_queries([q.question])[0]  # type: ignore[attr-defined]
+        order = np.argsort(-(vectors[conv.conversation_id] @ qv), kind="stable")[:budget]
+        return {conv.events[i].turn_id for i in order}
+
+    return turns
+
+
+def memsvc(stub: pb_grpc.MemoryServiceStub, mode: int, latencies: list[float]) -> System:
+    def turns(conv: Conversation, q: Question, budget: int) -> set[int]:
+        started = time.perf_counter()
+        found = stub.EmbedDb(
+            pb.EmbedDbRequest(
+                query_text=q.question,
+                mode=mode,
+                turn_budget=budget,
+                filters=pb.SearchFilters(conversation_ids=[conv.conversation_id]),
+            )
+        )
+        latencies.append((time.perf_counter() - started) * 1000)
+        out: set[int] = set()
+        for h in [*found.standing, *found.hits]:
+            out.update(range(h.metadata.turn_range.start, h.metadata.turn_range.end + 1))
+        return out
+
+    return turns
+
+
+def measure(convs: Sequence[Conversation], system: System) -> dict[str, dict[int, list[float]]]:
+    """key (group or category) -> budget -> recalls per question."""
+    out: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for conv in convs:
+        for q in conv.questions:
+            evidence = set(q.evidence)
+            for budget in BUDGETS:
+                got = system(conv, q, budget)
+                assert len(got) <= budget, (q.question, len(got))
+                r = len(evidence & got) / len(evidence)
+                for key in (q.group, q.category):
+                    out[key][budget].append(r)
+    return out
+
+
+def recall_at_10_hits(stub: pb_grpc.MemoryServiceStub, convs: Sequence[Conversation]) -> float:
+    values = []
+    for conv in convs:
+        for q in conv.questions:
+            hits = stub.EmbedDb(
+                pb.EmbedDbRequest(
+                    query_text=q.question,
+                    top_k=10,
+                    filters=pb.SearchFilters(conversation_ids=[conv.conversation_id]),
+                )
+            ).hits
+            got = {
+                t
+                for h in hits
+                for t in range(h.metadata.turn_range.start, h.metadata.turn_range.end + 1)
+            }
+            values.append(len(set(q.evidence) & got) / len(q.evidence))
+    return statistics.mean(values)
+
+
+def chats_arg(text: str) -> list[int]:
+    lo, _, hi = text.partition("-")
+    return list(range(int(lo), int(hi or lo) + 1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="locomo,beam")
+    parser.add_argument("--eval", type=Path, default=DEFAULT_EVAL)
+    parser.add_argument("--beam", type=Path, default=DEFAULT_BEAM)
+    parser.add_argument("--chats", type=chats_arg, default=list(beam.DEV_CHATS))
+    parser.add_argument("--held-out", action="store_true", help="allow chats beyond 1-10")
+    parser.add_argument("--modes", default="dense,keyword,hybrid")
+    parser.add_argument("--batch-turns", type=int, default=50, help="turns per Build call")
+    args = parser.parse_args()
+    if set(args.chats) - set(beam.DEV_CHATS) and not args.held_out:
+        parser.error("BEAM chats beyond 1-10 are held out: pass --held-out for a final measurement")
+    shapes: dict[str, list[Conversation]] = {}
+    for shape in args.shapes.split(","):
+        if shape == "locomo":
+            if not args.eval.is_file():
+                parser.error(f"{args.eval} not found (LoCoMo dev: --eval FILE)")
+            shapes[shape] = locomo_shape(args.eval)
+        elif shape == "beam":
+            if not args.beam.is_dir():
+                parser.error(
+                    f"{args.beam} not found: fetch github.com/mohammadtavakoli78/BEAM and point"
+                    " --beam at its chats/100K"
+                )
+            shapes[shape] = beam_shape(args.beam, args.chats)
+        else:
+            parser.error(f"unknown shape {shape!r} (locomo, beam)")
+    with tempfile.TemporaryDirectory() as tmp:
+        embedder = load_local_embedder(
+            Settings(embed_model=BUNDLED_MODEL_NAME, data_dir=Path(tmp) / "naive")
+        )
+        os.environ["MEMSVC_OVERSIZE"] = "truncate"
+        with running_server(Path(tmp) / "server") as (stub, _pid):
+            print(f"# Recall within a turn budget, {date.today()}, {machine()}")
+            print(
+                f"# model {BUNDLED_MODEL_NAME}; memsvc ingest in calls of {args.batch_turns} turns"
+            )
+            for shape, convs in shapes.items():
+                report_shape(shape, convs, stub, embedder, args)
+
+
+def report_shape(
+    shape: str,
+    convs: list[Conversation],
+    stub: pb_grpc.MemoryServiceStub,
+    embedder: object,
+    args: argparse.Namespace,
+) -> None:
+    t0 = time.perf_counter()
+    for conv in convs:
+        ingest(stub, conv.events, args.batch_turns)
+    ingest_s = time.perf_counter() - t0
+    turns = sum(len(c.events) for c in convs)
+    questions = sum(len(c.questions) for c in convs)
+    print(
+        f"\n## {shape}: {len(convs)} conversations, {turns} turns, {questions} questions;"
+        f" ingest {ingest_s:.1f} s"
+    )
+    rows: dict[str, dict[str, dict[int, list[float]]]] = {"naive": measure(convs, naive(embedder))}
+    latency: dict[str, list[float]] = {}
+    for mode in args.modes.split(","):
+        latency[mode] = []
+        rows[f"memsvc {mode}"] = measure(convs, memsvc(stub, MODES[mode], latency[mode]))
+    groups = sorted(
+        {q.group for c in convs for q in c.questions},
+        key=["main", "all", "standing", "ordering"].index,
+    )
+    cats = sorted({q.category for c in convs for q in c.questions})
+    print("\nrecall within 10 / 20 turns\n")
+    print("| system | " + " | ".join(groups) + " | p50 ms |")
+    print("|---|" + "---|" * (len(groups) + 1))
+    for name, by in rows.items():
+        cells = [
+            f"{statistics.mean(by[g][10]):.3f} / {statistics.mean(by[g][20]):.3f}" for g in groups
+        ]
+        lat = latency.get(name.removeprefix("memsvc "))
+        p50 = f"{percentile(lat, 50):.1f}" if lat else "-"
+        print(f"| {name} | " + " | ".join(cells) + f" | {p50} |")
+    print("\nper category, recall within 20 turns (questions)\n")
+    print("| system | " + " | ".join(f"{c} ({len(rows['naive'][c][20])})" for c in cats) + " |")
+    print("|---|" + "---|" * len(cats))
+    for name, by in rows.items():
+        print(f"| {name} | " + " | ".join(f"{statistics.mean(by[c][20]):.3f}" for c in cats) + " |")
+    if shape == "locomo":
+        print(
+            f"\nhybrid recall@10 hits (top_k 10, no budget): {recall_at_10_hits(stub, convs):.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

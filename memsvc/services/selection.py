@@ -1,0 +1,283 @@
+"""Which ranked candidates a search returns: judged against the event log, read, and
+chosen so that no two hits say the same thing.
+
+A candidate is returned only if the log holds it live now, with the content the search
+saw (`verified`). Among the live ones, in rank order, a hit is skipped when its text
+repeats one already chosen (a greeting in every conversation of an unscoped search) or
+when every turn it covers is covered already: an overlapping window, or another part of a
+long turn whose best part is chosen. So a hit always brings turns the caller has not had,
+and a turn budget (`EmbedDbRequest.turn_budget`) counts each turn once; a hit that would
+overrun the budget is passed over for a later, smaller one that fits.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from memsvc.domain.hashing import text_hash
+from memsvc.domain.records import Scored, StoredChunk
+from memsvc.observability.metrics import stage
+from memsvc.ports import ChunkStore, EventLog, LogReader
+from memsvc.services.recent_records import RecentRecords
+
+# (conversation, first turn, last turn): what a hit covers.
+Span = tuple[str, int, int]
+
+
+@dataclass
+class Coverage:
+    """Turns already given to the caller, and the budget left for more."""
+
+    budget: int = 0  # 0 = none
+    turns: set[tuple[str, int]] = field(default_factory=set)
+
+    def new_turns(self, span: Span) -> list[tuple[str, int]]:
+        conv, start, end = span
+        return [(conv, t) for t in range(start, end + 1) if (conv, t) not in self.turns]
+
+    def fits(self, new: Sequence[tuple[str, int]]) -> bool:
+        return not self.budget or len(self.turns) + len(new) <= self.budget
+
+    @property
+    def full(self) -> bool:
+        return bool(self.budget) and len(self.turns) >= self.budget
+
+
+def span_of(stored: StoredChunk) -> Span:
+    m = stored.record.metadata
+    return (m.conversation_id, m.turn_range.start, m.turn_range.end)
+
+
+class HitSelector:
+    def __init__(self, store: ChunkStore, log: EventLog, recent: RecentRecords) -> None:
+        self.store = store
+        self.log = log
+        self.recent = recent
+
+    def top(
+        self,
+        ranked: Sequence[Scored],
+        top_k: int,
+        known: Mapping[str, StoredChunk],
+        audit: bool,
+        hashes: Mapping[str, str],
+        coverage: Coverage,
+    ) -> tuple[list[Scored], dict[str, StoredChunk]]:
+        """The first `top_k` candidates that bring new text and new turns within the
+        budget, and their records. Records the search returned whole are `known`. The
+        others are judged by the log first, in slices of 4 x top_k then twice as large each
+        time: which are live with the content the search saw, what text each holds (its
+        layout's text hash) and which turns. So only the hits are read, in one round trip
+        unless texts repeat past the slice, never a copy of a text already kept: a read
+        costs ~1 ms a round trip and ~0.05 ms a record, whatever the size of the store,
+        and judging a few more ids in the log far less (benchmarks/RESULTS.md, Speed v4).
+        A hit removed between the search and the read, or one the log cannot judge without
+        its record (a superseded tail awaiting removal), is read and judged again, and the
+        choice is made anew."""
+        records: dict[str, StoredChunk] = dict(self.verified(known, audit))
+        live: dict[str, tuple[str, Span]] = {}  # chunk id -> text hash, span, as searched
+        judged: set[str] = set(known)
+        start, size = 0, top_k * 4
+        while True:
+            top, unread = _pick(ranked[:start], top_k, records, live, judged, coverage)
+            if unread:
+                records.update(self._read(unread, hashes, live, audit))
+                judged.update(unread)
+                done = set(unread)
+                live = {cid: v for cid, v in live.items() if cid not in done}
+                continue
+            if len(top) >= top_k or start >= len(ranked) or _filled(top, records, live, coverage):
+                _cover(top, records, coverage)
+                return top, records
+            part = [cid for cid, _ in ranked[start : start + size]]
+            start, size = start + len(part), size * 2
+            found, doubtful = self._live_in_log([c for c in part if c not in judged], hashes)
+            live.update(found)
+            judged.update(c for c in part if c not in doubtful)
+
+    def _read(
+        self,
+        ids: Sequence[str],
+        hashes: Mapping[str, str],
+        live: Mapping[str, tuple[str, Span]],
+        audit: bool,
+    ) -> dict[str, StoredChunk]:
+        """The records of `ids` the log holds live. One with the content the log was just
+        asked about needs no second look; any other is verified."""
+        found = self.recent.take([(cid, hashes[cid]) for cid in ids if cid in hashes])
+        unread = [cid for cid in ids if cid not in found]
+        if unread:
+            with stage("search", "read"):
+                fresh = self.store.get(unread)
+            self.recent.keep(fresh.values())
+            found.update(fresh)
+        checked = {
+            cid: s for cid, s in found.items() if cid in live and s.content_hash == hashes[cid]
+        }
+        doubtful = {cid: s for cid, s in found.items() if cid not in checked}
+        return checked | self.verified(doubtful, audit)
+
+    def _live_in_log(
+        self, ids: Sequence[str], hashes: Mapping[str, str]
+    ) -> tuple[dict[str, tuple[str, Span]], set[str]]:
+        """Of candidates with the content hashes the search returned: those the log holds
+        live with that content (as `verified` judges a record), with their text hash and
+        span, and those it cannot judge without their records: a superseded tail awaiting
+        removal, or a candidate without a hash (an audit: the deleted flag is outside the
+        hash). The rest are not live."""
+        hashed = [cid for cid in ids if hashes.get(cid)]
+        doubtful = {cid for cid in ids if not hashes.get(cid)}
+        if not hashed:
+            return {}, doubtful
+        with stage("search", "verify"), self.log.snapshot() as r:
+            layout = r.layout_rows(hashed)
+            doubtful |= r.waiting_superseded([cid for cid in hashed if cid not in layout])
+            unsettled = _unsettled(r, {row.conversation_id for row in layout.values()})
+            deleted = {c: r.deleted_turn_ids(c) for c in unsettled}
+        live: dict[str, tuple[str, Span]] = {}
+        for cid, row in layout.items():
+            if row.deleted or row.content_hash != hashes[cid]:
+                continue
+            if _span_holds(row.start_turn, row.end_turn, deleted.get(row.conversation_id, [])):
+                continue
+            live[cid] = (row.text_hash, (row.conversation_id, row.start_turn, row.end_turn))
+        return live, doubtful
+
+    def verified(self, records: Mapping[str, StoredChunk], audit: bool) -> dict[str, StoredChunk]:
+        """The records the log holds live now: a chunk of its layout with the same content
+        (or a superseded tail awaiting removal). While a conversation's delete or purge is
+        committed but not yet reconciled, its layout may predate it: then a chunk whose
+        turn range holds a deleted turn is left out too. So what a crash or an outage left
+        in the store is never returned, even before the recorded work repairs it. `audit`
+        (include deleted) keeps the layout's deleted chunks too."""
+        if not records:
+            return {}
+        with stage("search", "verify"):
+            return self._verified_now(records, audit)
+
+    def _verified_now(
+        self, records: Mapping[str, StoredChunk], audit: bool
+    ) -> dict[str, StoredChunk]:
+        ids = list(records)
+        convs = {s.record.metadata.conversation_id for s in records.values()}
+        with self.log.snapshot() as r:
+            layout = r.layout_rows(ids)
+            waiting = r.waiting_superseded(ids)
+            unsettled = _unsettled(r, convs)
+            deleted = {
+                c: r.deleted_turn_ids(c) for c in (_conversations_of(records, waiting) | unsettled)
+            }
+        out: dict[str, StoredChunk] = {}
+        for cid, stored in records.items():
+            row = layout.get(cid)
+            m = stored.record.metadata
+            if row is not None:
+                known = row.content_hash == stored.content_hash and (audit or not row.deleted)
+            else:
+                known = cid in waiting
+            if not known:
+                continue
+            # A superseded tail was never re-rendered: its range says what it holds.
+            doubtful = row is None or m.conversation_id in unsettled
+            turns = deleted.get(m.conversation_id, []) if doubtful else []
+            if not audit and _span_holds(m.turn_range.start, m.turn_range.end, turns):
+                continue
+            out[cid] = stored
+        return out
+
+
+def within(
+    ordered: Sequence[Scored], records: Mapping[str, StoredChunk], coverage: Coverage
+) -> list[Scored]:
+    """Of hits already chosen in order (MMR), those that bring new turns within the
+    budget; their turns are then covered."""
+    out: list[Scored] = []
+    for cid, score in ordered:
+        new = coverage.new_turns(span_of(records[cid]))
+        if new and coverage.fits(new):
+            coverage.turns.update(new)
+            out.append((cid, score))
+    return out
+
+
+def _pick(
+    ranked: Sequence[Scored],
+    top_k: int,
+    records: Mapping[str, StoredChunk],
+    live: Mapping[str, tuple[str, Span]],
+    judged: set[str],
+    coverage: Coverage,
+) -> tuple[list[Scored], list[str]]:
+    """The best-ranked candidates with distinct texts and new turns, up to `top_k` and the
+    turn budget, and the records still to be read before that choice is final: the picks
+    the log holds live (known by their text hash, not yet read), and every candidate
+    ranked before the last pick that the log could not judge (its text, once read, may
+    come first)."""
+    seen: set[str] = set()
+    covered = set(coverage.turns)
+    used = len(covered)
+    top: list[Scored] = []
+    unread: list[str] = []
+    for cid, score in ranked:
+        if len(top) >= top_k or (coverage.budget and used >= coverage.budget):
+            break
+        stored = records.get(cid)
+        if stored is not None:
+            key, span = text_hash(stored.record.text), span_of(stored)
+        elif cid in live:
+            key, span = live[cid]
+        elif cid not in judged:
+            unread.append(cid)
+            continue
+        else:
+            continue  # not live, or gone since the search
+        conv, first, last = span
+        new = {(conv, t) for t in range(first, last + 1)} - covered
+        if key in seen or not new or (coverage.budget and used + len(new) > coverage.budget):
+            continue
+        seen.add(key)
+        covered |= new
+        used += len(new)
+        top.append((cid, score))
+        if stored is None:
+            unread.append(cid)
+    return top, unread
+
+
+def _filled(
+    top: Sequence[Scored],
+    records: Mapping[str, StoredChunk],
+    live: Mapping[str, tuple[str, Span]],
+    coverage: Coverage,
+) -> bool:
+    """The picks use the whole turn budget: no later candidate can be added."""
+    if not coverage.budget:
+        return False
+    turns = set(coverage.turns)
+    for cid, _ in top:
+        conv, first, last = span_of(records[cid]) if cid in records else live[cid][1]
+        turns.update((conv, t) for t in range(first, last + 1))
+    return len(turns) >= coverage.budget
+
+
+def _cover(top: Sequence[Scored], records: Mapping[str, StoredChunk], coverage: Coverage) -> None:
+    for cid, _ in top:
+        coverage.turns.update(coverage.new_turns(span_of(records[cid])))
+
+
+def _unsettled(r: LogReader, conversation_ids: set[str]) -> set[str]:
+    """Those whose delete or purge is committed but not yet reconciled: their layout may
+    predate it, so a chunk's range is checked against their deleted turns."""
+    rows = {c: r.conversation(c) for c in conversation_ids}
+    return {c for c, conv in rows.items() if conv is not None and conv.needs_reconcile}
+
+
+def _conversations_of(records: Mapping[str, StoredChunk], ids: set[str]) -> set[str]:
+    return {records[cid].record.metadata.conversation_id for cid in ids if cid in records}
+
+
+def _span_holds(start: int, end: int, sorted_turns: Sequence[int]) -> bool:
+    i = bisect.bisect_left(sorted_turns, start)
+    return i < len(sorted_turns) and sorted_turns[i] <= end

@@ -1,0 +1,156 @@
+"""The vectors of chunk records, as memsvc.domain.vectors defines them, through the
+embedding cache: the model runs only on texts it has not embedded before.
+
+A purge forgets the cached vectors of every text derived from a purged turn. A write that
+was embedding while a purge ran would put such a vector back after the purge forgot it:
+each purge advances the log's erasure epoch, and vectors cached by a call that began
+before the epoch moved are forgotten again (their texts may be the purged ones)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from memsvc.domain.chunking import ChunkPolicy, ChunkWindow, StoredTurn, turn_windows
+from memsvc.domain.hashing import text_hash
+from memsvc.domain.records import EventRow
+from memsvc.domain.types import REASON_MISMATCH, ChunkRecord, RecordError
+from memsvc.domain.vectors import combine, vector_texts
+from memsvc.observability import metrics
+from memsvc.ports import Embedder, EmbeddingCache, EventLog
+
+# Log meta key: advanced by every purge in its own transaction.
+ERASURE_EPOCH = "erasure_epoch"
+
+
+class ChunkVectors:
+    def __init__(
+        self, log: EventLog, embedder: Embedder, cache: EmbeddingCache, policy: ChunkPolicy
+    ) -> None:
+        self.log = log
+        self.embedder = embedder
+        self.cache = cache
+        self.policy = policy
+
+    def erasure_epoch(self) -> str:
+        """Read before the records' authorship is checked; passed to `of`."""
+        with self.log.snapshot() as r:
+            return r.get_meta(ERASURE_EPOCH) or "0"
+
+    def of(
+        self, records: Sequence[ChunkRecord], errors: list[RecordError], epoch: str | None = None
+    ) -> dict[str, np.ndarray]:
+        """Each record's vector by chunk id. A chunk of one turn is made from the turn in
+        the log, and only while the log's turn is still the one the layout planned it
+        from (its source hash): one edited since is a `mismatch` error, to be built again.
+        `epoch`: the erasure epoch from before the records were checked against the log."""
+        epoch = epoch if epoch is not None else self.erasure_epoch()
+        inputs = self._inputs(records, errors)
+        texts = list(dict.fromkeys(t for parts in inputs.values() for t in parts))
+        vectors, fresh = _embed_cached(self.embedder, self.cache, texts)
+        if fresh and self.erasure_epoch() != epoch:
+            self.cache.forget(fresh)  # a purge ran meanwhile: these texts may be its
+        by_text = dict(zip(texts, vectors, strict=True))
+        return {cid: combine([by_text[t] for t in parts]) for cid, parts in inputs.items()}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return embed_passages_cached(self.embedder, self.cache, texts)
+
+    def _inputs(
+        self, records: Sequence[ChunkRecord], errors: list[RecordError]
+    ) -> dict[str, tuple[str, ...]]:
+        inputs: dict[str, tuple[str, ...]] = {}
+        single: dict[str, list[ChunkRecord]] = {}
+        for r in records:
+            m = r.metadata
+            if m.turn_range.start == m.turn_range.end:
+                single.setdefault(m.conversation_id, []).append(r)
+            else:
+                inputs[r.chunk_id] = (r.text,)
+        if not single:
+            return inputs
+        with self.log.snapshot() as view:
+            planned = view.layout_rows([r.chunk_id for rs in single.values() for r in rs])
+            events = {
+                conv: view.events(conv, {r.metadata.turn_range.start for r in rs})
+                for conv, rs in single.items()
+            }
+        derived: dict[str, set[tuple[str, int, int]]] = {}
+        for conv, rs in single.items():
+            windows: dict[str, tuple[ChunkWindow, int]] = {}
+            for event in events[conv].values():
+                if event.deleted:
+                    continue
+                for w in turn_windows(_stored(event), self.policy, self.embedder.count_tokens):
+                    for version in {r.metadata.chunk_version for r in rs}:
+                        windows[w.chunk_id(conv, version)] = (w, version)
+            for r in rs:
+                found = windows.get(r.chunk_id)
+                row = planned.get(r.chunk_id)
+                if (
+                    found is None
+                    or row is None
+                    or found[0].source_hash(found[1], self.policy) != row.source_hash
+                ):
+                    errors.append(
+                        RecordError(
+                            r.chunk_id,
+                            "stale: its turn changed since the chunk was built; build again"
+                            " and upsert what the build returns",
+                            REASON_MISMATCH,
+                        )
+                    )
+                    continue
+                texts = vector_texts(found[0], self.policy, self.embedder.count_tokens)
+                inputs[r.chunk_id] = texts or (r.text,)
+                turn = r.metadata.turn_range.start
+                derived.setdefault(conv, set()).update(
+                    (text_hash(t), turn, turn) for t in texts or ()
+                )
+        if derived:
+            # before any vector of them is cached: a purge of the turn then forgets them
+            with self.log.transaction() as tx:
+                for conv, rows in derived.items():
+                    tx.record_texts(conv, sorted(rows))
+        return inputs
+
+
+def _stored(event: EventRow) -> StoredTurn:
+    return StoredTurn(
+        turn_id=event.turn_id,
+        speaker=event.speaker,
+        text=event.clean_text,
+        timestamp=event.timestamp,
+        participants=event.participants,
+        speaker_name=event.speaker_name,
+        tokens=event.tokens,
+    )
+
+
+def embed_passages_cached(
+    embedder: Embedder, cache: EmbeddingCache, texts: Sequence[str]
+) -> np.ndarray:
+    """Vectors for `texts`, running the model only on texts the cache has not seen."""
+    return _embed_cached(embedder, cache, texts)[0]
+
+
+def _embed_cached(
+    embedder: Embedder, cache: EmbeddingCache, texts: Sequence[str]
+) -> tuple[np.ndarray, list[str]]:
+    """Vectors for `texts`, and the hashes this call put in the cache."""
+    hashes = [text_hash(t) for t in texts]
+    cached = cache.get_many(embedder.identity.cache_key, hashes)
+    missing = list(dict.fromkeys(h for h in hashes if h not in cached))
+    metrics.CACHE_LOOKUPS.labels("hit").inc(len(hashes) - len(missing))
+    metrics.CACHE_LOOKUPS.labels("miss").inc(len(missing))
+    if missing:
+        by_hash = {h: t for h, t in zip(hashes, texts, strict=True)}
+        vectors = embedder.encode_passages([by_hash[h] for h in missing])
+        fresh = dict(zip(missing, vectors, strict=True))
+        cache.put_many(embedder.identity.cache_key, fresh)
+        cached.update(fresh)
+    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    for i, h in enumerate(hashes):
+        out[i] = cached[h]
+    return out, missing
