@@ -15,10 +15,11 @@ import structlog
 from memsvc.domain import validation
 from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import FailedPrecondition, InvalidArgument
-from memsvc.domain.types import REASON_UNKNOWN, DeleteResult, RecordError, TurnRange
+from memsvc.domain.types import REASON_UNKNOWN, ChunkRecord, DeleteResult, RecordError, TurnRange
 from memsvc.observability import metrics
 from memsvc.ports import ChunkStore, EventLog, Notifier, Span, WriterLocks
 from memsvc.services.projection import Projector
+from memsvc.services.vectors import ERASURE_EPOCH
 
 log = structlog.get_logger(__name__)
 
@@ -76,24 +77,26 @@ class DeletionService:
                 seq = tx.record_change(conv, reconcile=True)
                 events_deleted = tx.mark_events_deleted(conv, spans, seq)
             self.notifier.notify()
-            hidden = self._project(conv)
-        return DeleteResult(hidden, events_deleted, errors)
+            # the deleted turns' chunks are hidden before the lock is let go
+            reconciled = self.projector.reconcile(conv)
+        self._store_neighbours(conv, reconciled.pending)
+        return DeleteResult(reconciled.hidden, events_deleted, errors)
 
-    def _project(self, conv: str) -> int:
-        """Reconcile, then store the surviving neighbours and settle (the caller holds the
-        conversation's lock). A model or store failure leaves the recorded work to the
-        worker. Returns the chunks hidden."""
-        reconciled = self.projector.reconcile(conv)
-        if reconciled.pending:
+    def _store_neighbours(self, conv: str, pending: Sequence[ChunkRecord]) -> None:
+        """Store the surviving neighbours' new chunks and settle. The model runs outside the
+        conversation's lock (store_records takes it for its write): a delete never makes a
+        build of the same conversation wait for the model. A model or store failure leaves
+        the recorded work to the worker."""
+        if pending:
             try:
-                result = self.projector.store_records(reconciled.pending, [])
+                result = self.projector.store_records(pending, [])
                 if result.errors:
                     raise RuntimeError(result.errors[0].message)
             except Exception as exc:
                 log.warning("delete_neighbours_deferred", error=str(exc)[:300])
-                return reconciled.hidden
-        self.projector.settle(conv)
-        return reconciled.hidden
+            return  # store_records settled what it wrote
+        with self.locks.hold(conv):
+            self.projector.settle(conv)
 
     def _spans_of_chunks(
         self, conv: str, chunk_ids: Sequence[str], errors: list[RecordError]
@@ -195,6 +198,8 @@ class DeletionService:
             turns = tx.purge_events(conv, seq)
             tx.add_erasures(tx.purge_layout(conv, turns))
             tx.set_meta(ERASURE_PENDING, "1")
+            # fences writes that were embedding meanwhile (memsvc.services.vectors)
+            tx.set_meta(ERASURE_EPOCH, str(int(tx.get_meta(ERASURE_EPOCH) or 0) + 1))
         reconciled = self.projector.reconcile(conv)
         self.projector.settle(conv)
         return max(len(deleted), reconciled.removed), len(turns)

@@ -1,0 +1,124 @@
+"""Integrity v4 (issue 37), what one process shows: purges fence writes in flight, no model
+call under a writer lock, erasure of every vector derived from a purged turn. Faults
+across replicas are in tests/fleet."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from memsvc.app import Services
+from memsvc.domain.hashing import text_hash
+from memsvc.domain.types import TurnRange
+from memsvc.domain.vectors import gist
+from memsvc.embedding.model import Embedder
+from tests.conftest import conversation, turn
+
+SECRET = (
+    "My locker code is 4417-tango and the spare key is under the blue flowerpot by the door."
+    " I am writing this down here so that I will not forget it again next week, because"
+    " last time I had to call the building manager twice and wait for an hour in the rain"
+    " before anyone came with the master key to open the locker room for me. The gym itself"
+    " is on the third floor, next to the laundry, and the lockers are numbered from the"
+    " window side; mine is the last one in the second row, with a dent in the door. If I"
+    " lose the code again, the manager keeps a copy in the office safe behind reception,"
+    " and the cleaning staff can let me in on weekday mornings before nine o'clock."
+)
+
+
+def cached(services: Services, texts: list[str]) -> set[str]:
+    key = services.embedder.identity.cache_key
+    return set(services.cache.get_many(key, [text_hash(t) for t in texts]))
+
+
+def turn_texts(embedder: Embedder, text: str) -> list[str]:
+    """The texts a single turn's vector is made of (memsvc.domain.vectors)."""
+    return [text, gist(text, 64, embedder.count_tokens)]
+
+
+def test_a_purge_forgets_the_vectors_of_a_turns_head_and_gist(
+    services_on_both: Services, embedder: Embedder
+) -> None:
+    svc = services_on_both
+    built = svc.ingest.build(conversation("pg", ["Hi there.", SECRET]))
+    assert any(c.metadata.turn_range == TurnRange(1, 1) for c in built.chunks)  # a turn unit
+    svc.ingest.upsert(built.chunks)
+    texts = turn_texts(embedder, SECRET)
+    assert cached(svc, texts) == {text_hash(t) for t in texts}
+    svc.deletion.delete("pg", TurnRange(1, 1), [])
+    svc.deletion.purge_deleted("pg")
+    assert cached(svc, texts) == set()
+
+
+def test_12_a_write_embedding_during_a_purge_does_not_put_its_vector_back(
+    services_on_both: Services, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (issue 37, 12): a step that was embedding while a purge ran put the
+    purged text's vector back in the embedding cache, where it survived a clean stop."""
+    svc = services_on_both
+    built = svc.ingest.build(conversation("race", ["Hi there.", SECRET]))
+    embedding, release = threading.Event(), threading.Event()
+    real = embedder.encode_passages
+    secret_texts: list[str] = []
+
+    def slow(texts: list[str]) -> object:
+        out = real(texts)
+        if any("4417-tango" in t for t in texts):
+            secret_texts.extend(t for t in texts if "4417-tango" in t)
+            embedding.set()
+            assert release.wait(60)
+        return out
+
+    monkeypatch.setattr(embedder, "encode_passages", slow)
+    outcome: list[object] = []
+    writer = threading.Thread(target=lambda: outcome.append(svc.ingest.upsert(built.chunks)))
+    writer.start()
+    assert embedding.wait(60)
+    svc.deletion.delete("race", None, [])
+    svc.deletion.purge_deleted("race")
+    release.set()
+    writer.join(60)
+    assert outcome, "the write finished"
+    assert secret_texts and cached(svc, secret_texts) == set()
+    assert not any("4417-tango" in c.record.text for c in svc.store.chunks_of("race", deleted=None))
+
+
+def test_6_a_delete_runs_no_model_under_the_writer_lock(
+    services_on_both: Services, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (issue 37, 6): a delete embedded the surviving neighbours' new chunks
+    while holding the conversation's lock; a Build of the same conversation waited 9 s."""
+    svc = services_on_both
+    texts = [f"Turn {i} is about the harbour, the ferry and the lighthouse." for i in range(12)]
+    svc.ingest.upsert(svc.ingest.build(conversation("lk", texts)).chunks)
+    locked_during_model: list[bool] = []
+    real = embedder.encode_passages
+
+    def watched(batch: list[str]) -> object:
+        probe: list[bool] = []
+        # another thread tries the conversation's lock while the model runs
+        t = threading.Thread(target=lambda: probe.append(_free(svc, "lk")))
+        t.start()
+        t.join(30)
+        locked_during_model.append(probe == [False])
+        return real(batch)
+
+    monkeypatch.setattr(embedder, "encode_passages", watched)
+    result = svc.deletion.delete("lk", TurnRange(5, 5), [])
+    assert result.events_deleted == 1
+    assert locked_during_model and not any(locked_during_model)
+    svc.ingest.build([turn("lk", 12, "And the ferry was late.")])
+
+
+def _free(svc: Services, conv: str) -> bool:
+    """Whether the conversation's writer lock can be had within a second."""
+    got = threading.Event()
+
+    def take() -> None:
+        with svc.locks.hold(conv):
+            got.set()
+
+    t = threading.Thread(target=take, daemon=True)
+    t.start()
+    return got.wait(1.0)
