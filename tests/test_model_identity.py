@@ -4,12 +4,17 @@ server (the server-backed tests are tests/embedders, make test-embedders)."""
 from __future__ import annotations
 
 import email.utils
+import http.server
+import json
+import threading
 import time
+from typing import ClassVar
 
 import httpx
 import numpy as np
 import pytest
 
+from memsvc.domain.errors import EmbedderUnavailable
 from memsvc.domain.model_identity import (
     ModelIdentity,
     decode_fingerprint,
@@ -79,3 +84,64 @@ def test_retry_after_is_read_as_seconds_or_a_date() -> None:
     assert 25 <= (_retry_after(httpx.Headers({"Retry-After": later})) or 0) <= 31
     assert _retry_after(httpx.Headers({"Retry-After": "soon"})) is None
     assert _retry_after(httpx.Headers()) is None
+
+
+class _CannedEmbeddings(http.server.BaseHTTPRequestHandler):
+    """An embeddings endpoint answering each request with the class's `indexes`."""
+
+    indexes: ClassVar[list[int]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        texts = body["input"]
+        data = [
+            {"index": i, "embedding": vectors(len(texts[0]) + n, 1)[0]}
+            for n, i in enumerate(self.indexes or range(len(texts)))
+        ]
+        payload = json.dumps({"data": data}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("indexes", [[0, 0, 2], [0, 1], [0, 1, 2, 3], [1, 2, 3]])
+def test_an_answer_whose_indexes_are_not_each_text_once_is_refused(indexes: list[int]) -> None:
+    """Regression (issue 37, 5): duplicate `index` values were sorted and accepted, storing
+    one chunk with another's vector."""
+    handler = type("Canned", (_CannedEmbeddings,), {"indexes": indexes})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = RemoteEmbedder(
+        RemoteConfig(f"http://127.0.0.1:{server.server_port}/v1", "m", max_retries=0),
+        TokenCounter(),
+        16,
+    )
+    try:
+        with pytest.raises(EmbedderUnavailable, match=r"each of 0\.\.n-1 exactly once"):
+            client.encode_passages(["a", "b", "c"])
+    finally:
+        client.close()
+        server.shutdown()
+
+
+def test_an_answer_in_another_order_is_put_back_in_request_order() -> None:
+    handler = type("Canned", (_CannedEmbeddings,), {"indexes": [2, 0, 1]})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = RemoteEmbedder(
+        RemoteConfig(f"http://127.0.0.1:{server.server_port}/v1", "m", max_retries=0),
+        TokenCounter(),
+        16,
+    )
+    try:
+        got = client.encode_passages(["a", "b", "c"])
+    finally:
+        client.close()
+        server.shutdown()
+    sent = [vectors(1 + n, 1)[0] for n in range(3)]  # the n-th item sent carries index [2,0,1][n]
+    assert np.allclose(got[2], sent[0], atol=1e-6) and np.allclose(got[0], sent[1], atol=1e-6)

@@ -324,8 +324,18 @@ class RemoteEmbedder:
     def _vectors(self, reply: httpx.Response, expected: int) -> np.ndarray:
         try:
             data = reply.json()["data"]
-            items = sorted(data, key=lambda d: int(d.get("index", 0)))
-            vectors = np.asarray([d["embedding"] for d in items], dtype=np.float32)
+            positions = [d["index"] for d in data if "index" in d]
+            if positions:
+                # Each text's vector exactly once: a repeated or missing index would store
+                # one chunk with another's vector (and keep it in the embedding cache).
+                order = [int(i) for i in positions]
+                if len(positions) != len(data) or sorted(order) != list(range(expected)):
+                    raise self._bad(
+                        f"indexes {sorted(order)[:10]} for {expected} texts"
+                        " (each of 0..n-1 exactly once is required)"
+                    )
+                data = [d for _, d in sorted(zip(order, data, strict=True), key=lambda x: x[0])]
+            vectors = np.asarray([d["embedding"] for d in data], dtype=np.float32)
         except (ValueError, KeyError, TypeError) as exc:
             metrics.EMBED_REQUESTS.labels(PROVIDER, "bad_response").inc()
             raise EmbedderUnavailable(
