@@ -292,3 +292,22 @@ def test_refused_from_headers_before_the_body_is_read(http: Http) -> None:
         "EmbedBatch", b"x" * (64 * 1024 * 1024 + 1), READER, **{"Content-Type": "application/proto"}
     )
     assert huge.status_code == 429 and huge.json()["code"] == "resource_exhausted"
+
+
+@pytest.mark.parametrize("value", [b"\xb2", "١٢".encode(), b"12x", b"-5", b"12345678901", b""])
+def test_a_malformed_timeout_header_is_a_connect_error(http: Http, value: bytes) -> None:
+    """Regression (issue 37, 11): Connect-Timeout-Ms of non-ASCII digits ("²" passes
+    str.isdigit) was a plain-text 500."""
+    reply = httpx2.post(
+        f"{http.base}/memsvc.v1.MemoryService/GetIndexStatus",
+        content=b"{}",
+        headers=[
+            (b"Content-Type", b"application/json"),
+            (b"Authorization", f"Bearer {READER}".encode()),
+            (b"Connect-Timeout-Ms", value),
+        ],
+        timeout=30,
+    )
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["code"] == "invalid_argument"
+    assert "connect-timeout-ms" in reply.json()["message"]

@@ -110,11 +110,21 @@ def _rpc_error(exc: grpc.RpcError) -> Response:
     return response
 
 
-def _timeout(request: Request) -> float:
-    raw = request.headers.get("connect-timeout-ms", "")
-    if raw.isdigit() and 0 < len(raw) <= 10:
-        return int(raw) / 1000
-    return DEFAULT_TIMEOUT_S
+def _ascii_number(text: str, digits: int) -> int | None:
+    """A header's value as 1 to `digits` ASCII digits, else None. str.isdigit() also takes
+    "²" or "١٢" (which int() refuses or reads): headers are parsed strictly."""
+    if 0 < len(text) <= digits and all("0" <= ch <= "9" for ch in text):
+        return int(text)
+    return None
+
+
+def _timeout(request: Request) -> float | None:
+    """Connect-Timeout-Ms (1 to 10 ASCII digits); absent = the default; None = malformed."""
+    raw = request.headers.get("connect-timeout-ms")
+    if raw is None:
+        return DEFAULT_TIMEOUT_S
+    ms = _ascii_number(raw.strip(), 10)
+    return ms / 1000 if ms else None
 
 
 def _denied(denial: Refusal) -> Response:
@@ -129,8 +139,8 @@ def _denied(denial: Refusal) -> Response:
 
 async def _read_body(request: Request) -> bytes | None:
     """The body, or None past MAX_BODY (read no further than that)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY:
+    declared = _ascii_number(request.headers.get("content-length", "").strip(), 20)
+    if declared is not None and declared > MAX_BODY:
         return None
     chunks, size = [], 0
     async for chunk in request.stream():
@@ -158,6 +168,12 @@ def connect_app(channel: grpc.Channel, gate: Gate | None = None) -> Starlette:
             )
         if request.headers.get("content-encoding", "identity") != "identity":
             return _error(grpc.StatusCode.UNIMPLEMENTED, "content-encoding: identity only")
+        timeout = _timeout(request)
+        if timeout is None:
+            return _error(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "connect-timeout-ms: must be 1 to 10 ASCII digits (milliseconds)",
+            )
         authorization = request.headers.getlist("authorization")
         if gate is not None:
             denial = gate(method.name, authorization)
@@ -176,7 +192,6 @@ def connect_app(channel: grpc.Channel, gate: Gate | None = None) -> Starlette:
             return _error(grpc.StatusCode.INVALID_ARGUMENT, f"request: {exc}")
         # every value: two are refused as ambiguous, as over gRPC
         metadata = [(TRANSPORT_KEY, "http")] + [("authorization", v) for v in authorization]
-        timeout = _timeout(request)
         try:
             reply = await anyio.to_thread.run_sync(
                 lambda: method.call(message, metadata=metadata, timeout=timeout)
