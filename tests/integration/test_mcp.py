@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -222,3 +223,75 @@ def test_mcp_stdio_tool_errors_when_memsvc_is_down(tmp_path: Path) -> None:
         assert result.is_error
         assert "UNAVAILABLE (MEMSVC_UNREACHABLE): cannot reach memsvc at" in text_of(result)
         assert "retry the same call" in text_of(result)
+
+
+def gateway(target: str, listen: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "memsvc", "mcp", "--target", target, "--listen", listen, *args],
+        env={**os.environ, **mcp_env()},
+        stderr=subprocess.PIPE,
+    )
+
+
+def wait_listening(url: str, proc: subprocess.Popen[bytes]) -> None:
+    port = int(url.split(":")[2].split("/")[0])
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            return
+        except OSError:
+            assert proc.poll() is None, "memsvc mcp exited"
+            assert time.monotonic() < deadline, "memsvc mcp never listened"
+            time.sleep(0.2)
+
+
+LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+def test_9_a_foreign_origin_is_refused(target: str) -> None:
+    """Regression (issue 37, 9): the HTTP gateway served any Origin: a page on another
+    site read and deleted data through a user's browser."""
+    port = free_port()
+    proc = gateway(target, f"127.0.0.1:{port}", "--allowed-origins", "https://app.example.com")
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        wait_listening(url, proc)
+        auth = {"Authorization": f"Bearer {TOKENS[Role.READER]}", **ACCEPT}
+        for origin in ("https://evil.example", "null", "http://localhost.evil.example"):
+            reply = httpx2.post(url, json=LIST_TOOLS, headers={**auth, "Origin": origin})
+            assert reply.status_code == 403, origin
+            assert reply.json()["code"] == "permission_denied"
+        for origin in ("http://localhost:5173", "http://127.0.0.1:8080", "https://app.example.com"):
+            reply = httpx2.post(url, json=LIST_TOOLS, headers={**auth, "Origin": origin})
+            assert reply.status_code == 200, (origin, reply.text)
+        assert httpx2.post(url, json=LIST_TOOLS, headers=auth).status_code == 200  # no Origin
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_9_a_non_loopback_gateway_before_a_tokenless_memsvc_is_refused(
+    services: Services,
+) -> None:
+    """Regression (issue 37, 9): `memsvc mcp --listen 0.0.0.0:…` in front of a memsvc
+    without tokens served any network client. memsvc itself refuses such a listen."""
+    running = start_server("127.0.0.1:0")  # no tokens
+    running.mark_ready(services)
+    target = f"127.0.0.1:{running.port}"
+    try:
+        refused = gateway(target, f"0.0.0.0:{free_port()}")
+        assert refused.wait(timeout=60) == 2
+        assert b"without a token" in (refused.stderr.read() if refused.stderr else b"")
+        port = free_port()
+        allowed = gateway(target, f"0.0.0.0:{port}", "--allow-insecure")
+        try:
+            wait_listening(f"http://127.0.0.1:{port}/mcp", allowed)
+            reply = httpx2.post(f"http://127.0.0.1:{port}/mcp", json=LIST_TOOLS, headers=ACCEPT)
+            assert reply.status_code == 200
+        finally:
+            allowed.terminate()
+            allowed.wait(timeout=30)
+    finally:
+        running.stop(0)

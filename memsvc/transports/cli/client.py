@@ -153,12 +153,30 @@ def add_client_commands(sub: Any) -> None:
     )
     p.add_argument("--tls-cert-file", default="", help="PEM chain for the HTTP listener")
     p.add_argument("--tls-key-file", default="", help="PEM key for the HTTP listener")
+    p.add_argument(
+        "--allowed-origins",
+        default=os.environ.get("MEMSVC_MCP_ALLOWED_ORIGINS", ""),
+        help="comma-separated browser origins allowed besides loopback ones, e.g."
+        " https://app.example.com (env MEMSVC_MCP_ALLOWED_ORIGINS); others get 403",
+    )
+    p.add_argument(
+        "--allow-insecure",
+        action="store_true",
+        default=os.environ.get("MEMSVC_ALLOW_INSECURE", "").lower() in ("1", "true", "yes"),
+        help="serve a non-loopback --listen in front of a memsvc that requires no token"
+        " (env MEMSVC_ALLOW_INSECURE)",
+    )
     p.set_defaults(run=None)
 
 
 def run_mcp(args: argparse.Namespace) -> int:
     from memsvc.transports.mcp.gateway import MemoryGateway, Target
-    from memsvc.transports.mcp.serve import HttpListen, serve_http, serve_stdio
+    from memsvc.transports.mcp.serve import (
+        HttpListen,
+        exposure_refusal,
+        serve_http,
+        serve_stdio,
+    )
 
     gateway = MemoryGateway(Target(args.target, args.ca_file))
     try:
@@ -172,7 +190,19 @@ def run_mcp(args: argparse.Namespace) -> int:
         if bool(args.tls_cert_file) != bool(args.tls_key_file):
             err.print("memsvc mcp: --tls-cert-file and --tls-key-file go together")
             return 2
-        listen = HttpListen(host.strip("[]"), int(port), args.tls_cert_file, args.tls_key_file)
+        origins = tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip())
+        listen = HttpListen(
+            host.strip("[]"),
+            int(port),
+            args.tls_cert_file,
+            args.tls_key_file,
+            origins,
+            args.allow_insecure,
+        )
+        refusal = exposure_refusal(gateway, listen)
+        if refusal:
+            err.print(f"memsvc mcp: {refusal}", markup=False, highlight=False)
+            return 2
         serve_http(gateway, listen)
         return 0
     finally:
