@@ -22,6 +22,7 @@ from memsvc.embedding.providers import load_embedder
 from memsvc.observability import metrics
 from memsvc.ports import Embedder, EmbeddingCache, EventLog, IndexQueue, Notifier, WriterLocks
 from memsvc.services import bootstrap
+from memsvc.services.audit import StoreAudit
 from memsvc.services.control import IndexControl
 from memsvc.services.deletion import ERASURE_PENDING, DeletionService
 from memsvc.services.health import Health
@@ -95,6 +96,7 @@ class Services:
     worker: IndexWorker
     control: IndexControl
     store_watch: StoreWatch
+    store_audit: StoreAudit
     backend: Backend
 
     def close(self) -> None:
@@ -102,6 +104,7 @@ class Services:
         After a purge the files are rewritten without the purged text (erasure)."""
         self.worker.stop()
         self.search.close()
+        self.store_audit.stop()
         self.store_watch.stop()
         self.health.stop()
         try:
@@ -296,11 +299,15 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         ),
     )
     control = IndexControl(events, queue, worker, projector, locks, notifier)
+    audit = StoreAudit(events, store, notifier, settings.store_audit_s)
+    audit.run()  # before any call: a log restored beside a newer store is seen at once
     watch = StoreWatch(store, settings.store_check_s)
     watch.on_change(lambda up: notifier.notify() if up else None)
+    watch.on_change(audit.on_store_change)
     health.on_change(lambda writable: notifier.notify() if writable else None)
     watch.start()
     health.start()
+    audit.start()
     worker.start()
     return Services(
         settings,
@@ -319,5 +326,6 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         worker,
         control,
         watch,
+        audit,
         backend,
     )

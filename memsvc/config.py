@@ -153,6 +153,13 @@ class Settings(BaseSettings):
     store_check_s: float = Field(
         1.0, gt=0, le=60, description="seconds between store health checks"
     )
+    store_audit_s: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description="seconds between comparisons of the whole store with the log (also at"
+        " start and on every reconnection): out-of-line conversations are rebuilt",
+    )
     index_workers: int = Field(1, ge=0, le=16, description="index worker threads (0 = off)")
     index_batch_conversations: int = Field(8, ge=1, le=256, description="leased per cycle")
     index_max_attempts: int = Field(5, ge=1, le=100)

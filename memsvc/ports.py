@@ -115,6 +115,13 @@ class LogReader(Protocol):
 
     def pending_superseded(self, conversation_id: str) -> list[str]: ...
 
+    def layout_digests(self) -> dict[str, tuple[str, str, bool, bool]]:
+        """Every layout row, lightly: chunk id -> (conversation id, content hash, deleted,
+        indexed); and the superseded tails awaiting removal are `waiting_superseded`."""
+        ...
+
+    def all_waiting_superseded(self) -> set[str]: ...
+
     def waiting_superseded(self, chunk_ids: Sequence[str]) -> set[str]:
         """Those of the ids that are superseded tails not yet removed from the store."""
         ...
@@ -460,6 +467,10 @@ class ChunkStore(Protocol):
         ...
 
     def count(self, *, deleted: bool | None = None) -> int: ...
+
+    def digests(self) -> dict[str, tuple[str, str, bool]]:
+        """Every row, lightly: chunk id -> (conversation id, content hash, deleted)."""
+        ...
 
     def search_dense(
         self, vector: np.ndarray, scope: SearchScope, limit: int, whole: bool = False

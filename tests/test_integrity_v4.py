@@ -4,16 +4,22 @@ across replicas are in tests/fleet."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from memsvc.app import Services
+from memsvc.app import Services, build_services
 from memsvc.domain.hashing import text_hash
-from memsvc.domain.types import TurnRange
+from memsvc.domain.types import SearchFilters, SearchMode, SearchRequest, TurnRange
 from memsvc.domain.vectors import gist
 from memsvc.embedding.model import Embedder
-from tests.conftest import conversation, turn
+from tests.conftest import EN_TURNS, conversation, make_settings, turn
+from tests.support.fleet import MilvusServer
+from tests.support.waiting import until_idle
 
 SECRET = (
     "My locker code is 4417-tango and the spare key is under the blue flowerpot by the door."
@@ -122,3 +128,80 @@ def _free(svc: Services, conv: str) -> bool:
     t = threading.Thread(target=take, daemon=True)
     t.start()
     return got.wait(1.0)
+
+
+# -- 3, 4. the store checked against the log --------------------------------------------------
+def deadline_loop(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def findable(svc: Services, conv: str, texts: list[str]) -> bool:
+    """Every text found by a keyword search for itself in `conv`."""
+    for text in texts:
+        hits = svc.search.search(
+            SearchRequest(text, 10, SearchFilters((conv,)), SearchMode.KEYWORD)
+        ).hits
+        if not any(text in h.text for h in hits):
+            return False
+    return True
+
+
+def test_3_a_store_back_without_its_data_is_rebuilt(
+    tmp_path: Path, embedder: Embedder, backend: dict[str, object]
+) -> None:
+    """Regression (issue 37, 3): the Milvus server came back at the same URI without its
+    data; memsvc re-created the collection but compared identities only at start, so
+    WaitForIndexed said true while only turns indexed after the return were findable."""
+    server = MilvusServer(tmp_path / "first.db")
+    settings = make_settings(tmp_path / "data", milvus_uri=server.uri, store_check_s=0.2, **backend)
+    svc = build_services(settings, embedder=embedder)
+    try:
+        svc.ingest.upsert(svc.ingest.build(conversation("lost", EN_TURNS)).chunks)
+        last = len(EN_TURNS) - 1
+        assert svc.control.is_indexed("lost", last) and findable(svc, "lost", EN_TURNS[:2])
+        server.stop()
+        server = MilvusServer(tmp_path / "second.db", port=server.port)  # same URI, empty
+        # the watch reconnects; the new collection is another store: rebuilt from the log
+        deadline_loop(
+            lambda: svc.store.up and svc.control.is_indexed("lost", last),
+            120,
+            "rebuilt",
+        )
+        assert findable(svc, "lost", EN_TURNS)
+    finally:
+        svc.close()
+        server.stop()
+
+
+def test_4_a_log_restored_beside_a_newer_store_is_repaired(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Regression (issue 37, 4): a log backup restored beside a newer store left every
+    live turn unfindable, with WaitForIndexed true, and nothing repaired it."""
+    data = tmp_path / "data"
+    svc = build_services(make_settings(data), embedder=embedder)
+    svc.ingest.upsert(svc.ingest.build(conversation("rs", EN_TURNS[:3])).chunks)
+    svc.close()
+    backup = tmp_path / "backup.sqlite"
+    with sqlite3.connect(data / "events.sqlite") as source, sqlite3.connect(backup) as copy:
+        source.backup(copy)
+    svc = build_services(make_settings(data), embedder=embedder)
+    later = [f"{t} (told again, later)" for t in EN_TURNS]
+    svc.ingest.upsert(svc.ingest.build(conversation("rs", later)).chunks)  # edits all
+    svc.close()
+    for leftover in data.glob("events.sqlite*"):
+        leftover.unlink()
+    with sqlite3.connect(backup) as source, sqlite3.connect(data / "events.sqlite") as copy:
+        source.backup(copy)
+    svc = build_services(make_settings(data), embedder=embedder)
+    try:
+        until_idle(svc, "rs", timeout_s=120)
+        assert svc.control.is_indexed("rs", 2)
+        assert findable(svc, "rs", EN_TURNS[:3])  # the log's turns, as the log has them
+        stored = {c.record.text for c in svc.store.chunks_of("rs")}
+        assert not any("told again, later" in t for t in stored)
+    finally:
+        svc.close()

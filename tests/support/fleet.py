@@ -20,10 +20,10 @@ from tests.support.launch import free_port, wait_serving
 class MilvusServer:
     """milvus-lite's server on a loopback TCP port (one process), stopped by its pid."""
 
-    def __init__(self, db_file: Path) -> None:
+    def __init__(self, db_file: Path, port: int | None = None) -> None:
         from milvus_lite.server import Server
 
-        self.port = free_port()
+        self.port = port or free_port()
         self._server = Server(str(db_file), f"127.0.0.1:{self.port}")
         if not self._server.init() or not self._server.start():
             raise RuntimeError("milvus-lite's TCP server did not start")

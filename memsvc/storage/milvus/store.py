@@ -206,9 +206,10 @@ class MilvusChunkStore:
         return self._up.is_set()
 
     def ping(self) -> bool:
+        """The server answers and still has the collection: one dropped or lost (a server
+        back without its data) is down, and the reconnection makes it anew."""
         try:
-            self._client.has_collection(self.collection, timeout=PING_TIMEOUT_S)
-            return True
+            return bool(self._client.has_collection(self.collection, timeout=PING_TIMEOUT_S))
         except Exception:
             return False
 
@@ -303,6 +304,27 @@ class MilvusChunkStore:
                 if chunk.record.chunk_id not in seen:
                     seen.add(chunk.record.chunk_id)
                     out.append(chunk)
+            if len(rows) < _QUERY_PAGE:
+                return out
+            last = max(str(r["chunk_id"]) for r in rows)
+
+    @_store_call
+    def digests(self) -> dict[str, tuple[str, str, bool]]:
+        out: dict[str, tuple[str, str, bool]] = {}
+        last = ""
+        while True:  # paged by primary key, as _query
+            rows = self._client.query(
+                self.collection,
+                filter=ex.after_id(last) if last else ex.all_rows(),
+                output_fields=["chunk_id", "conversation_id", "content_hash", "deleted"],
+                limit=_QUERY_PAGE,
+            )
+            for row in rows:
+                out[str(row["chunk_id"])] = (
+                    str(row["conversation_id"]),
+                    str(row["content_hash"]),
+                    bool(row["deleted"]),
+                )
             if len(rows) < _QUERY_PAGE:
                 return out
             last = max(str(r["chunk_id"]) for r in rows)

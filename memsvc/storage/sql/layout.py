@@ -129,6 +129,17 @@ class LayoutQueries:
         )
         return [str(r[0]) for r in rows]
 
+    def layout_digests(self) -> dict[str, tuple[str, str, bool, bool]]:
+        rows = self.sql.rows(
+            "SELECT chunk_id, conversation_id, content_hash, deleted, indexed FROM layout"
+        )
+        return {str(r[0]): (str(r[1]), str(r[2]), bool(r[3]), bool(r[4])) for r in rows}
+
+    def all_waiting_superseded(self) -> set[str]:
+        return {
+            str(r[0]) for r in self.sql.rows("SELECT chunk_id FROM superseded WHERE pending = 1")
+        }
+
     def erasures(self) -> list[str]:
         return [str(r[0]) for r in self.sql.rows("SELECT text_hash FROM erasures")]
 

@@ -1,0 +1,109 @@
+"""The store checked against the log, continuously: memsvc notices when the projection must
+be rebuilt, instead of trusting what it last wrote.
+
+Two ways a store falls out of line with a log that still says "indexed":
+- it comes back without its data at the same address (a lost volume, a failover, a new
+  file): Milvus answers again, the collection is made anew, and its identity (an id made
+  when a collection is created) is not the one the log recorded. The whole store is then
+  forgotten and every conversation reconciled (rebuilt) from the log;
+- the log is restored from a backup beside a newer store (or the store from one beside a
+  newer log): the identity matches, the rows do not.
+So on every reconnection, at start, and every `interval_s`, the identity is followed and
+each row of the store is compared with the layout (chunk ids, content hashes, deleted
+flags; no text, no vector): a conversation whose store holds a row the log does not plan,
+or lacks or holds stale a row the log counts as stored, is recorded for reconciling. Until
+its reconcile is done it is not idle and WaitForIndexed says false for it; searches check
+every hit against the log meanwhile (memsvc.services.selection)."""
+
+from __future__ import annotations
+
+import threading
+
+import structlog
+
+from memsvc.ports import ChunkStore, EventLog, LogReader, Notifier
+from memsvc.services import bootstrap
+
+log = structlog.get_logger(__name__)
+
+
+class StoreAudit:
+    def __init__(
+        self, events: EventLog, store: ChunkStore, notifier: Notifier, interval_s: float
+    ) -> None:
+        self.events = events
+        self.store = store
+        self.notifier = notifier
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._due = threading.Event()
+        self._lock = threading.Lock()  # one audit at a time
+        self._thread = threading.Thread(target=self._run, name="store-audit", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._due.set()
+        self._thread.join(timeout=10)
+
+    def on_store_change(self, up: bool) -> None:
+        """A store that comes back may not be the one that went: audit at once."""
+        if up:
+            self._due.set()
+
+    def run(self) -> list[str]:
+        """One audit: follow the store's identity, compare every row. Returns the
+        conversations recorded for reconciling."""
+        with self._lock:
+            bootstrap.follow_store_identity(self.events, self.store.identity)
+            stored = self.store.digests()
+            with self.events.snapshot() as r:
+                layout = r.layout_digests()
+                waiting = r.all_waiting_superseded()
+                reconciling = {c for c in {v[0] for v in layout.values()} if _pending(r, c)}
+            out_of_line: set[str] = set()
+            for cid, (conv, content, deleted, indexed) in layout.items():
+                row = stored.get(cid)
+                if indexed and not deleted and (row is None or row[1] != content or row[2]):
+                    out_of_line.add(conv)  # the log counts it stored: it is not, or stale
+            for cid, (conv, _content, deleted) in stored.items():
+                planned = layout.get(cid)
+                if not deleted and (planned is None or planned[2]) and cid not in waiting:
+                    out_of_line.add(conv)  # live in the store, not planned live by the log
+            found = sorted(out_of_line - reconciling)
+            if found:
+                # One transaction: a conversation written meanwhile is reconciled all the
+                # same (reconciling is idempotent), never left marked stored when it is not.
+                with self.events.transaction() as tx:
+                    for conv in found:
+                        if tx.conversation(conv) is not None:
+                            tx.record_change(conv, turns=tx.live_turn_count(conv), reconcile=True)
+                log.warning(
+                    "store_out_of_line",
+                    conversations=len(found),
+                    example=found[0],
+                    effect="reconciling them from the event log; not searchable as logged"
+                    " until done (WaitForIndexed false meanwhile)",
+                )
+                self.notifier.notify()
+            return found
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._due.wait(self.interval_s)
+            self._due.clear()
+            if self._stop.is_set():
+                return
+            if not self.store.up:
+                continue
+            try:
+                self.run()
+            except Exception as exc:  # the store or log went away: the next round retries
+                log.warning("store_audit_failed", error=str(exc)[:300])
+
+
+def _pending(r: LogReader, conversation_id: str) -> bool:
+    conv = r.conversation(conversation_id)
+    return conv is not None and conv.needs_reconcile
