@@ -25,6 +25,7 @@ from memsvc.services import bootstrap
 from memsvc.services.audit import StoreAudit
 from memsvc.services.control import IndexControl
 from memsvc.services.deletion import ERASURE_PENDING, DeletionService
+from memsvc.services.fleet import FleetSettings
 from memsvc.services.health import Health
 from memsvc.services.indexing import IndexWorker, WorkerSettings
 from memsvc.services.ingest import IngestService
@@ -39,8 +40,10 @@ from memsvc.storage.sqlite.notify import LocalNotifier
 
 log = structlog.get_logger(__name__)
 
-# The writer lock start-up steps hold (no conversation id has a control character).
+# The writer lock start-up steps hold (no conversation id has a control character), and
+# how long a replica waits for another that is starting (migrations, a rebuild's records).
 BOOTSTRAP = "\x00bootstrap"
+START_LOCK_WAIT_S = 600.0
 
 
 @dataclass
@@ -66,9 +69,11 @@ def open_backend(settings: Settings) -> Backend:
             # every thread that may hold a writer lock at once: calls and index workers
             lock_holders=settings.grpc_workers + settings.index_workers + 2,
             listen=settings.database_listen,
+            writer_lease_s=settings.writer_lease_s,
+            writer_wait_s=settings.writer_wait_s,
         )
         return Backend(pg.log, pg.queue, pg.locks, pg.notifier, pg.cache, pg.close)
-    log_, queue, locks = sqlite.open_log(settings.data_dir)
+    log_, queue, locks = sqlite.open_log(settings.data_dir, settings.writer_wait_s)
     cache = sqlite.open_cache(settings.data_dir)
 
     def close() -> None:
@@ -97,6 +102,7 @@ class Services:
     control: IndexControl
     store_watch: StoreWatch
     store_audit: StoreAudit
+    fleet: FleetSettings
     backend: Backend
 
     def close(self) -> None:
@@ -105,6 +111,7 @@ class Services:
         self.worker.stop()
         self.search.close()
         self.store_audit.stop()
+        self.fleet.stop()
         self.store_watch.stop()
         self.health.stop()
         try:
@@ -239,20 +246,30 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         if Path(uri).exists():
             lite.vacuum(uri)
         _erase_files(events, cache)
-    # Replicas starting together: one bootstraps (collection, token counts, identity).
-    with locks.hold(BOOTSTRAP):
-        store = MilvusChunkStore(
-            uri, settings.collection, embedder.identity, token=settings.milvus_token
-        )
-        bootstrap.recount_tokens_if_tokenizer_changed(events, embedder)
-        bootstrap.follow_store_identity(events, store.identity)
-        bootstrap.follow_cache_identity(events, cache, embedder.identity)
-    health = Health(events, None if settings.database_url else settings.data_dir)
     policy = ChunkPolicy(
         max_turns=settings.chunk_max_turns,
         overlap_turns=settings.chunk_overlap_turns,
         max_tokens=min(settings.chunk_max_tokens, embedder.info.max_tokens),
     )
+    # Replicas starting together: one bootstraps (collection, token counts, identity).
+    with locks.hold(BOOTSTRAP, wait_s=START_LOCK_WAIT_S):
+        store = MilvusChunkStore(
+            uri, settings.collection, embedder.identity, token=settings.milvus_token
+        )
+        fleet = FleetSettings(
+            events,
+            {
+                "collection": f"{settings.collection} ({store.identity})",
+                "chunking": policy.fingerprint(),
+                "chunk_version": str(settings.chunk_version),
+            },
+        )
+        if settings.database_url:  # a log of its own has no other replica
+            fleet.claim()
+        bootstrap.recount_tokens_if_tokenizer_changed(events, embedder)
+        bootstrap.follow_store_identity(events, store.identity)
+        bootstrap.follow_cache_identity(events, cache, embedder.identity)
+    health = Health(events, None if settings.database_url else settings.data_dir)
     renderer = ChunkRenderer(KeywordExtractor(), embedder.count_tokens, policy)
     projector = Projector(events, store, embedder, cache, renderer, locks)
     ingest = IngestService(
@@ -308,6 +325,8 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
     watch.start()
     health.start()
     audit.start()
+    if settings.database_url:
+        fleet.start()
     worker.start()
     return Services(
         settings,
@@ -327,5 +346,6 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         control,
         watch,
         audit,
+        fleet,
         backend,
     )

@@ -153,6 +153,20 @@ class Settings(BaseSettings):
     store_check_s: float = Field(
         1.0, gt=0, le=60, description="seconds between store health checks"
     )
+    writer_wait_s: float = Field(
+        10.0,
+        ge=0,
+        le=600,
+        description="seconds a write waits for a conversation another writer holds (never"
+        " past the call's deadline); then UNAVAILABLE CONVERSATION_BUSY",
+    )
+    writer_lease_s: float = Field(
+        10.0,
+        ge=1,
+        le=600,
+        description="PostgreSQL: a writer lock held by a process that stops running (frozen,"
+        " paused, partitioned) is released after this long",
+    )
     store_audit_s: float = Field(
         300.0,
         gt=0,

@@ -316,9 +316,15 @@ class IndexQueue(Protocol):
 class WriterLocks(Protocol):
     """One writer per conversation, across every process sharing the log: every change
     to a conversation's layout or stored chunks runs while holding its lock (re-entrant
-    within a thread)."""
+    within a thread). No lock outlives a stuck holder, and no waiter waits past its
+    bound: ConversationBusy then."""
 
-    def hold(self, conversation_id: str) -> AbstractContextManager[None]: ...
+    def hold(
+        self, conversation_id: str, wait_s: float | None = None
+    ) -> AbstractContextManager[None]:
+        """Wait at most `wait_s` (None: the lock's default wait, MEMSVC_WRITER_WAIT_S),
+        and never past the current call's deadline; then ConversationBusy."""
+        ...
 
     def ensure(self, conversation_id: str) -> None:
         """Raise if this holder has lost the lock (its database connection died): called

@@ -31,3 +31,10 @@ def remaining() -> float | None:
     """Seconds the current call has left; None when it has no deadline."""
     at = _DEADLINE.get()
     return None if at is None else at - time.monotonic()
+
+
+def bounded(limit_s: float, margin_s: float = 0.2) -> float:
+    """At most `limit_s`, and no longer than the current call has left (less a margin to
+    answer in): how long a call may wait for something."""
+    left = remaining()
+    return limit_s if left is None else max(0.0, min(limit_s, left - margin_s))

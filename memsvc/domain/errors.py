@@ -112,3 +112,10 @@ class LogUnavailable(Unavailable):
     """The event log's database cannot be reached; nothing of the call was written."""
 
     reason = "LOG_UNAVAILABLE"
+
+
+class ConversationBusy(Unavailable):
+    """Another writer held the conversation for longer than this call could wait (its
+    deadline, or MEMSVC_WRITER_WAIT_S): nothing was written; retry."""
+
+    reason = "CONVERSATION_BUSY"

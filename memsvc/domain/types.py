@@ -59,6 +59,7 @@ REASON_SUPERSEDED = "superseded"  # a later build replaced this chunk
 REASON_DELETED = "deleted"  # the chunk covers a deleted turn
 REASON_MISMATCH = "mismatch"  # text or metadata differ from the server's chunk for this id
 REASON_TOO_LONG = "too_long"  # over the model's token limit
+REASON_BUSY = "busy"  # another writer held the conversation too long: retry
 # Refusals that mean "the layout moved on": build again and upsert what it returns.
 STALE_REASONS = frozenset({REASON_UNKNOWN, REASON_SUPERSEDED, REASON_DELETED, REASON_MISMATCH})
 

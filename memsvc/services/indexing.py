@@ -30,9 +30,14 @@ from dataclasses import dataclass
 
 import structlog
 
-from memsvc.domain.errors import DiskFull, EmbedderUnavailable, StoreUnavailable
+from memsvc.domain.errors import (
+    ConversationBusy,
+    DiskFull,
+    EmbedderUnavailable,
+    StoreUnavailable,
+)
 from memsvc.domain.records import QueueItem
-from memsvc.domain.types import STALE_REASONS, ChunkRecord, UpsertResult
+from memsvc.domain.types import REASON_BUSY, STALE_REASONS, ChunkRecord, UpsertResult
 from memsvc.ports import ChunkStore, EventLog, IndexQueue, Notifier, WriterLocks
 from memsvc.services.health import Health
 from memsvc.services.projection import Projector
@@ -41,6 +46,8 @@ log = structlog.get_logger(__name__)
 
 # How long a worker trusts the pause flag it last read (it is the log's, fleet-wide).
 PAUSE_CHECK_S = 0.5
+# Seconds a step waits for a conversation another writer holds before leaving it for later.
+PLAN_LOCK_WAIT_S = 0.5
 # Pausing waits at most this long for steps in flight (on every process) to end.
 PAUSE_WAIT_S = 60.0
 
@@ -213,7 +220,9 @@ class IndexWorker:
         cap = self.settings.max_chunks_per_cycle
         conv = item.conversation_id
         try:
-            with self.locks.hold(conv):
+            # another writer holding it (a call, another replica) must not hold up the
+            # other conversations of the batch: it is left for a later step
+            with self.locks.hold(conv, wait_s=PLAN_LOCK_WAIT_S):
                 chunks = self.projector.plan(conv)
         except Exception as exc:
             self._fail(item, exc)
@@ -252,6 +261,10 @@ class IndexWorker:
         for p in plans:
             conv = p.item.conversation_id
             errors = [refused[c.chunk_id] for c in p.chunks if c.chunk_id in refused]
+            busy = [e for e in errors if e.reason == REASON_BUSY]
+            if busy:
+                self._fail(p.item, ConversationBusy(busy[0].message))
+                continue
             broken = [e for e in errors if e.reason not in STALE_REASONS]
             if broken:
                 self._fail(p.item, RuntimeError("; ".join(e.message for e in broken[:3])))
@@ -277,7 +290,7 @@ class IndexWorker:
     def _fail(self, item: QueueItem, exc: BaseException) -> None:
         self.health.observe(exc)
         if (
-            isinstance(exc, StoreUnavailable | DiskFull | EmbedderUnavailable)
+            isinstance(exc, StoreUnavailable | DiskFull | EmbedderUnavailable | ConversationBusy)
             or self._stop.is_set()
             or not self.store.up
         ):

@@ -38,9 +38,11 @@ import numpy as np
 import structlog
 
 from memsvc.domain.chunking import ChunkRenderer, plan_windows
+from memsvc.domain.errors import ConversationBusy
 from memsvc.domain.hashing import content_hash, text_hash
 from memsvc.domain.records import Conversation, LayoutRow, StoredChunk
 from memsvc.domain.types import (
+    REASON_BUSY,
     REASON_DELETED,
     REASON_MISMATCH,
     REASON_SUPERSEDED,
@@ -328,10 +330,13 @@ class Projector:
         for r in authored:
             by_conv.setdefault(r.metadata.conversation_id, []).append(r)
         for conv, group in by_conv.items():
-            with self.locks.hold(conv):
-                self._write(conv, group, vectors, errors, counts)
-                with stage("write", "settle"):
-                    self.settle(conv)
+            try:
+                with self.locks.hold(conv):
+                    self._write(conv, group, vectors, errors, counts)
+                    with stage("write", "settle"):
+                        self.settle(conv)
+            except ConversationBusy as exc:  # the other conversations are written
+                errors += [RecordError(r.chunk_id, str(exc), REASON_BUSY) for r in group]
         for outcome in ("upserted", "updated", "unchanged"):
             metrics.CHUNKS_WRITTEN.labels(outcome).inc(getattr(counts, outcome))
         metrics.count_upsert_failures([e.reason for e in errors])

@@ -7,12 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memsvc.storage.postgres.database import DatabaseUnreachable, PostgresDatabase, redact
-from memsvc.storage.postgres.locks import AdvisoryLocks
+from memsvc.storage.postgres.locks import DEFAULT_LEASE_S, AdvisoryLocks
 from memsvc.storage.postgres.notify import PgNotifier
 from memsvc.storage.postgres.queue import SharedIndexQueue
 from memsvc.storage.postgres.schema import migrate
 from memsvc.storage.sql.cache import SqlEmbeddingCache
 from memsvc.storage.sql.eventlog import SqlEventLog
+from memsvc.storage.sqlite.locks import DEFAULT_WAIT_S
 
 
 @dataclass
@@ -31,7 +32,12 @@ class PostgresBackend:
 
 
 def open_backend(
-    url: str, pool_size: int, lock_holders: int, listen: bool = True
+    url: str,
+    pool_size: int,
+    lock_holders: int,
+    listen: bool = True,
+    writer_lease_s: float = DEFAULT_LEASE_S,
+    writer_wait_s: float = DEFAULT_WAIT_S,
 ) -> PostgresBackend:
     """Connect, migrate the schema to this version (once, whoever starts first), and build
     the backend's parts. Errors name the database without its password."""
@@ -42,7 +48,9 @@ def open_backend(
         database,
         SqlEventLog(database),
         SharedIndexQueue(database),
-        AdvisoryLocks(url, lock_holders),
+        AdvisoryLocks(
+            url, lock_holders, lease_s=writer_lease_s, wait_s=writer_wait_s, liveness=database
+        ),
         PgNotifier(database, listen),
         SqlEmbeddingCache(database),
     )
