@@ -137,7 +137,22 @@ class Settings(BaseSettings):
         description="records of recent hybrid hits kept in memory (~3 KiB each) so a search"
         " returning them again need not read them from the store; 0 reads every time",
     )
-    grpc_workers: int = Field(16, ge=1, le=256)
+    grpc_workers: int = Field(32, ge=8, le=256, description="server threads")
+    max_embedding_calls: int = Field(
+        16,
+        ge=1,
+        le=256,
+        description="concurrent calls that need the query's embedding (dense and hybrid"
+        " EmbedDb, EmbedChunk); more are refused at once, so a slow embedder cannot take the"
+        " threads appends, health checks and keyword searches need",
+    )
+    max_request_mb: int = Field(
+        16,
+        ge=1,
+        le=64,
+        description="largest request message (gRPC and HTTP), read whole before the token is"
+        " checked: bounds what unauthenticated senders can make the server hold",
+    )
     max_waiting_calls: int = Field(
         4, ge=1, le=256, description="concurrent WaitForIndexed calls; more: RESOURCE_EXHAUSTED"
     )
@@ -221,10 +236,11 @@ class Settings(BaseSettings):
     def _check(self) -> Settings:
         if self.chunk_overlap_turns >= self.chunk_max_turns:
             raise ValueError("chunk_overlap_turns must be smaller than chunk_max_turns")
-        if self.max_waiting_calls + self.max_heavy_calls > self.grpc_workers - 4:
+        gated = self.max_waiting_calls + self.max_heavy_calls + self.max_embedding_calls
+        if gated > self.grpc_workers - 4:
             raise ValueError(
-                "max_waiting_calls + max_heavy_calls must leave at least 4 of grpc_workers"
-                " for health checks, appends and searches"
+                "max_waiting_calls + max_heavy_calls + max_embedding_calls must leave at least"
+                " 4 of grpc_workers for health checks, appends and keyword searches"
             )
         if self.embed_provider == "openai" and not self.embed_url.startswith(
             ("http://", "https://")

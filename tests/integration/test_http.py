@@ -267,7 +267,7 @@ def test_http_listen_is_checked_before_anything_starts(tmp_path: Path, address: 
 def test_refused_from_headers_before_the_body_is_read(http: Http) -> None:
     """As over gRPC: a call without a valid token is refused before its body is parsed
     (an unparsable body from nobody is 401, not 400), two tokens are ambiguous, and a body
-    over 64 MiB is refused without reading it whole."""
+    over MEMSVC_MAX_REQUEST_MB (16 MiB) is refused without reading it whole."""
     unparsable = b"{not json" + b" " * 1_000_000
     for token in (None, "wrong-token-0123456789"):
         reply = http.post("EmbedDb", unparsable, token, **{"Content-Type": "application/json"})
@@ -289,7 +289,7 @@ def test_refused_from_headers_before_the_body_is_read(http: Http) -> None:
     info = error_details_pb2.ErrorInfo.FromString(details_of(twice)["google.rpc.ErrorInfo"])
     assert info.reason == "TOKEN_AMBIGUOUS"
     huge = http.post(
-        "EmbedBatch", b"x" * (64 * 1024 * 1024 + 1), READER, **{"Content-Type": "application/proto"}
+        "EmbedBatch", b"x" * (16 * 1024 * 1024 + 1), READER, **{"Content-Type": "application/proto"}
     )
     assert huge.status_code == 429 and huge.json()["code"] == "resource_exhausted"
 

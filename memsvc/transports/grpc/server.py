@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from memsvc.app import Services, build_services
 from memsvc.config import Settings
 from memsvc.domain.errors import FailedPrecondition
+from memsvc.domain.limits import MAX_REQUEST_BYTES
 from memsvc.observability import metrics
 from memsvc.storage import datadir
 from memsvc.storage.postgres.database import DatabaseUnreachable
@@ -172,10 +173,12 @@ class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
 def start_server(
     listen: str,
-    workers: int = 16,
+    workers: int = 32,
     max_waiting_calls: int = 4,
     max_heavy_calls: int = 4,
     tokens: TokenTable | None = None,
+    max_embedding_calls: int = 16,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
     credentials: grpc.ServerCredentials | None = None,
     reflection_on: bool | None = None,
     bridge: bool = False,
@@ -191,11 +194,12 @@ def start_server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
         interceptors=interceptors,
         options=[
-            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            # read whole before any interceptor sees the token: kept small
+            ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
         ],
     )
-    servicer = MemoryServicer(max_waiting_calls, max_heavy_calls)
+    servicer = MemoryServicer(max_waiting_calls, max_heavy_calls, max_embedding_calls)
     pb_grpc.add_MemoryServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     for name in ("", SERVICE_NAME, WRITES_HEALTH):
@@ -321,6 +325,8 @@ def serve(settings: Settings) -> None:
         settings.max_waiting_calls,
         settings.max_heavy_calls,
         tokens=tokens,
+        max_embedding_calls=settings.max_embedding_calls,
+        max_request_bytes=settings.max_request_mb * 1024 * 1024,
         credentials=server_credentials(settings),
         reflection_on=settings.reflection,
         bridge=http_socket is not None,
@@ -329,7 +335,11 @@ def serve(settings: Settings) -> None:
     if http_socket is not None:
         gate = None if tokens is None else http_gate(tokens)
         http_server = HttpServer(
-            http_socket, running.bridge_target, http_tls(settings), gate
+            http_socket,
+            running.bridge_target,
+            http_tls(settings),
+            gate,
+            max_body=settings.max_request_mb * 1024 * 1024,
         ).start()
         log.info(
             "http_listening",

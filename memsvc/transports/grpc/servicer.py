@@ -7,6 +7,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any, TypeVar
 
 import grpc
@@ -15,7 +16,7 @@ import structlog
 from memsvc.app import Services
 from memsvc.domain import deadline
 from memsvc.domain.errors import InvalidArgument, Starting
-from memsvc.domain.types import SearchRequest, TurnRange
+from memsvc.domain.types import SearchMode, SearchRequest, TurnRange
 from memsvc.observability import metrics
 from memsvc.transports.grpc.admission import Gate
 from memsvc.transports.grpc.auth import current_access
@@ -122,11 +123,15 @@ class InFlight:
 class MemoryServicer(pb_grpc.MemoryServiceServicer):
     """Thin: converts, calls the core, converts back."""
 
-    def __init__(self, max_waiting_calls: int = 4, max_heavy_calls: int = 4) -> None:
+    def __init__(
+        self, max_waiting_calls: int = 4, max_heavy_calls: int = 4, max_embedding_calls: int = 16
+    ) -> None:
         self._services: Services | None = None
         self.in_flight = InFlight()
         self.waiting = Gate("WaitForIndexed", max_waiting_calls)
         self.heavy = Gate("heavy (Build/Upsert/EmbedBatch/Delete/Purge)", max_heavy_calls)
+        # a bulkhead: calls waiting on the embedder cannot take every thread
+        self.embedding = Gate("embedding (dense/hybrid EmbedDb, EmbedChunk)", max_embedding_calls)
 
     def attach(self, services: Services) -> None:
         self._services = services
@@ -208,7 +213,8 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.EmbedChunkRequest, context: grpc.ServicerContext
     ) -> pb.EmbedChunkResponse:
         core = self.core
-        vector = core.search.embed_query(request.query)
+        with self.embedding.enter():
+            vector = core.search.embed_query(request.query)
         return pb.EmbedChunkResponse(
             vector=vector.tolist(), model=core.embedder.name, dim=core.embedder.dim
         )
@@ -236,6 +242,12 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             raise InvalidArgument("mode", f"unknown search mode {request.mode}")
         if request.order not in ORDERS:
             raise InvalidArgument("order", f"unknown search order {request.order}")
+        mode = MODES.get(request.mode) or self.core.search.tuning.default_mode
+        gate = self.embedding.enter() if mode is not SearchMode.KEYWORD else nullcontext()
+        with gate:
+            return self._search(request)
+
+    def _search(self, request: pb.EmbedDbRequest) -> pb.EmbedDbResponse:
         found = self.core.search.search(
             SearchRequest(
                 query_text=request.query_text,

@@ -29,11 +29,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from memsvc.domain.limits import MAX_REQUEST_BYTES
 from memsvc.v1 import memory_pb2 as pb
 
 SERVICE = "memsvc.v1.MemoryService"
 TRANSPORT_KEY = "x-memsvc-transport"
-MAX_BODY = 64 * 1024 * 1024  # as the gRPC server's receive limit
 DEFAULT_TIMEOUT_S = 600.0
 
 # Connect's codes and their HTTP statuses (connectrpc.com/docs/protocol#error-codes).
@@ -137,21 +137,23 @@ def _denied(denial: Refusal) -> Response:
     )
 
 
-async def _read_body(request: Request) -> bytes | None:
-    """The body, or None past MAX_BODY (read no further than that)."""
+async def _read_body(request: Request, max_body: int) -> bytes | None:
+    """The body, or None past `max_body` (read no further than that)."""
     declared = _ascii_number(request.headers.get("content-length", "").strip(), 20)
-    if declared is not None and declared > MAX_BODY:
+    if declared is not None and declared > max_body:
         return None
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > MAX_BODY:
+        if size > max_body:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-def connect_app(channel: grpc.Channel, gate: Gate | None = None) -> Starlette:
+def connect_app(
+    channel: grpc.Channel, gate: Gate | None = None, max_body: int = MAX_REQUEST_BYTES
+) -> Starlette:
     """The Connect endpoints, forwarding to the gRPC server behind `channel`. `gate`, when
     authentication is on, refuses a call from its headers before its body is read (as the
     gRPC server refuses one before decoding it)."""
@@ -179,9 +181,13 @@ def connect_app(channel: grpc.Channel, gate: Gate | None = None) -> Starlette:
             denial = gate(method.name, authorization)
             if denial is not None:
                 return _denied(denial)
-        body = await _read_body(request)
+        body = await _read_body(request, max_body)
         if body is None:
-            return _error(grpc.StatusCode.RESOURCE_EXHAUSTED, "request: over 64 MiB")
+            return _error(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"request: over {max_body // (1024 * 1024)} MiB (MEMSVC_MAX_REQUEST_MB):"
+                " split the events over several calls",
+            )
         message = method.request()
         try:
             if kind == "application/json":

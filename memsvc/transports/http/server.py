@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import uvicorn
 
+from memsvc.domain.limits import MAX_REQUEST_BYTES
 from memsvc.transports.http.connect import Gate, connect_app
 
 
@@ -47,6 +48,7 @@ class HttpServer:
         bridge_target: str,
         tls: HttpTls | None,
         gate: Gate | None = None,
+        max_body: int = MAX_REQUEST_BYTES,
     ) -> None:
         self.port: int = sock.getsockname()[1]
         self._sock = sock
@@ -58,7 +60,7 @@ class HttpServer:
             ],
         )
         config = uvicorn.Config(
-            connect_app(self._channel, gate),
+            connect_app(self._channel, gate, max_body),
             log_level="warning",
             access_log=False,
             lifespan="off",
