@@ -27,7 +27,7 @@ from memsvc.services.control import IndexControl
 from memsvc.services.deletion import ERASURE_PENDING, DeletionService
 from memsvc.services.fleet import FleetSettings
 from memsvc.services.health import Health
-from memsvc.services.indexing import IndexWorker, WorkerSettings
+from memsvc.services.indexing import IndexWorker, WorkerSettings, worker_identity
 from memsvc.services.ingest import IngestService
 from memsvc.services.projection import Projector
 from memsvc.services.recent_records import RecentRecords
@@ -111,7 +111,8 @@ class Services:
         self.worker.stop()
         self.search.close()
         self.store_audit.stop()
-        self.fleet.stop()
+        if self.settings.database_url:
+            self.fleet.stop()
         self.store_watch.stop()
         self.health.stop()
         try:
@@ -258,6 +259,7 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         )
         fleet = FleetSettings(
             events,
+            worker_identity(),
             {
                 "collection": f"{settings.collection} ({store.identity})",
                 "chunking": policy.fingerprint(),

@@ -42,6 +42,8 @@ class LogReader(Protocol):
 
     def get_meta(self, key: str) -> str | None: ...
 
+    def meta_with_prefix(self, prefix: str) -> dict[str, str]: ...
+
     # events
     def events(self, conversation_id: str, turn_ids: Iterable[int]) -> dict[int, EventRow]: ...
 
@@ -135,6 +137,8 @@ class LogWriter(LogReader, Protocol):
     """A write transaction on the event log (all-or-nothing, one writer at a time)."""
 
     def set_meta(self, key: str, value: str) -> None: ...
+
+    def delete_meta(self, key: str) -> None: ...
 
     def savepoint(self) -> AbstractContextManager[None]:
         """A nested all-or-nothing part: an exception inside undoes only this part."""

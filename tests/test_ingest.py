@@ -15,6 +15,7 @@ from memsvc.domain.types import (
     SearchRequest,
     TurnRange,
 )
+from memsvc.services.ingest import TurnsDeleted
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, turn
 from tests.support.conversations import generate
 
@@ -176,9 +177,12 @@ def test_delete_by_chunk_ids_deletes_the_turns_they_cover(services: Services) ->
     texts = live(services, "c8")
     assert len(texts) == 1 and all(ZH_TURNS[t] not in "".join(texts.values()) for t in range(4))
     assert ZH_TURNS[4] in "".join(texts.values())
-    # nothing pending: a later build of the same turns brings nothing back
+    # nothing pending: a later build brings nothing back, and the deleted turns re-sent
+    # are refused, saying so (issue 37, 8), with nothing written
     assert services.ingest.build([], conversation_id="c8").chunks == []
-    assert services.ingest.build(conversation("c8", ZH_TURNS)).chunks == []
+    with pytest.raises(TurnsDeleted):
+        services.ingest.build(conversation("c8", ZH_TURNS))
+    assert services.ingest.build([], conversation_id="c8").chunks == []
 
 
 def test_version_rebuild_search_newest_and_retire(services: Services) -> None:

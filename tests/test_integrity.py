@@ -20,6 +20,7 @@ from memsvc.domain.types import (
     TurnRange,
 )
 from memsvc.embedding.model import Embedder
+from memsvc.services.ingest import TurnsDeleted
 from tests.conftest import EN_TURNS, conversation, make_settings, turn
 from tests.support.waiting import worker_held
 
@@ -160,9 +161,10 @@ def test_4_purge_leaves_tombstones_so_numbering_continues(services: Services) ->
     sync(services, [turn("d4", 6, "Back from the lake, Biscuit loved it.")])
     appended = services.ingest.append([turn("d4", 7, "Glad to hear it!")])
     assert appended.accepted == 1 and not appended.errors
-    # a purged turn re-sent stays deleted
-    again = services.ingest.build([turn("d4", 4, EN_TURNS[4])])
-    assert all(EN_TURNS[4] not in c.text for c in again.chunks)
+    # a purged turn re-sent stays deleted, and saying so (issue 37, 8)
+    with pytest.raises(TurnsDeleted):
+        services.ingest.build([turn("d4", 4, EN_TURNS[4])])
+    assert all(EN_TURNS[4] not in t for t in live(services, "d4").values())
 
 
 # -- 5. forged records ----------------------------------------------------------------------

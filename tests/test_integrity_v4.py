@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from memsvc.app import Services, build_services
+from memsvc.domain.access import Access, Role
+from memsvc.domain.errors import PermissionDenied
 from memsvc.domain.hashing import text_hash
 from memsvc.domain.types import SearchFilters, SearchMode, SearchRequest, TurnRange
 from memsvc.domain.vectors import gist
 from memsvc.embedding.model import Embedder
+from memsvc.services.ingest import TurnsDeleted
 from tests.conftest import EN_TURNS, conversation, make_settings, turn
 from tests.support.fleet import MilvusServer
 from tests.support.waiting import until_idle
@@ -205,3 +208,41 @@ def test_4_a_log_restored_beside_a_newer_store_is_repaired(
         assert not any("told again, later" in t for t in stored)
     finally:
         svc.close()
+
+
+# -- 8. re-used deleted ids ------------------------------------------------------------------
+def test_8_new_turns_on_deleted_ids_are_an_error_not_duplicates(
+    services_on_both: Services,
+) -> None:
+    """Regression (issue 37, 8): new turns sent with the ids of deleted turns were dropped
+    silently, reported as duplicates, with WaitForIndexed true."""
+    svc = services_on_both
+    svc.ingest.upsert(svc.ingest.build(conversation("reuse", EN_TURNS[:4])).chunks)
+    svc.deletion.delete("reuse", TurnRange(2, 3), [])
+    fresh = [turn("reuse", 2, "A brand new turn on an old id."), turn("other", 0, "Unrelated.")]
+    result = svc.ingest.append(fresh)
+    assert (result.accepted, result.duplicates) == (1, 0)  # the other conversation is written
+    assert [(e.chunk_id, e.reason) for e in result.errors] == [("reuse#2", "deleted")]
+    assert "restore" in result.errors[0].message
+    with pytest.raises(TurnsDeleted):
+        svc.ingest.build([turn("reuse", 3, "Another new turn on an old id.")])
+    assert not findable(svc, "reuse", ["A brand new turn on an old id."])
+
+
+def test_restore_brings_an_exported_conversation_back(services_on_both: Services) -> None:
+    """Export, delete, restore: the export's events are the conversation again (issue 40)."""
+    svc = services_on_both
+    svc.ingest.upsert(svc.ingest.build(conversation("back", EN_TURNS)).chunks)
+    exported, _ = svc.ingest.export_events("back", 0, "")
+    svc.deletion.delete("back", None, [])
+    svc.deletion.purge_deleted("back")
+    assert not findable(svc, "back", EN_TURNS[:1])
+    refused = svc.ingest.append(exported, allow_gaps=True)
+    assert refused.accepted == 0 and {e.reason for e in refused.errors} == {"deleted"}
+    with pytest.raises(PermissionDenied):
+        svc.ingest.append(exported, allow_gaps=True, access=Access(Role.WRITER), restore=True)
+    restored = svc.ingest.append(exported, allow_gaps=True, restore=True)
+    assert restored.accepted == len(EN_TURNS) and not restored.errors
+    until_idle(svc, "back", timeout_s=120)
+    assert svc.control.is_indexed("back", len(EN_TURNS) - 1)
+    assert findable(svc, "back", EN_TURNS)

@@ -11,12 +11,13 @@ import structlog
 
 from memsvc.domain import oversize, validation
 from memsvc.domain.access import FULL, Access
-from memsvc.domain.errors import InvalidArgument
+from memsvc.domain.errors import FailedPrecondition, InvalidArgument
 from memsvc.domain.limits import MAX_TURN_CHARS
 from memsvc.domain.oversize import Oversize
 from memsvc.domain.records import Conversation, EventRow
 from memsvc.domain.text import clean_text
 from memsvc.domain.types import (
+    REASON_DELETED,
     AppendResult,
     BuildResult,
     ChunkRecord,
@@ -75,13 +76,17 @@ class IngestService:
         allow_gaps: bool = False,
         conversation_id: str = "",
         access: Access = FULL,
+        restore: bool = False,
     ) -> BuildResult:
         """Log the events, re-plan the conversation and return every chunk of its layout
         not yet stored (so re-sending after a lost response recovers).
 
         `chunk_version` 0 is the conversation's version (a new conversation's: the server
         default). Another version starts a rebuild under it, beside the current one, which
-        keeps answering searches until the rebuild is wholly stored."""
+        keeps answering searches until the rebuild is wholly stored. `restore` (admin):
+        turns sent for deleted ones bring them back (TurnsDeleted without it)."""
+        if restore:
+            access.need_admin("restoring deleted turns", "restore")
         if chunk_version < 0:
             raise InvalidArgument("chunk_version", "must be >= 0 (0 = the conversation's)")
         events, truncated = self._fit(events)
@@ -105,7 +110,7 @@ class IngestService:
                 row = tx.open_conversation(conv, chunk_version or self.default_version)
                 version = _build_version(tx, row, chunk_version)
                 if rows:
-                    changed = _changed_events(tx, conv, rows, allow_gaps)
+                    changed = _changed_events(tx, conv, rows, allow_gaps, restore)
                     if changed:
                         seq = tx.record_change(conv, turns=len(changed), delay_s=self.build_grace_s)
                         tx.put_events(changed, seq)
@@ -136,11 +141,18 @@ class IngestService:
 
     # -- AppendEvents ---------------------------------------------------------------------
     def append(
-        self, events: Sequence[MemoryEvent], allow_gaps: bool = False, access: Access = FULL
+        self,
+        events: Sequence[MemoryEvent],
+        allow_gaps: bool = False,
+        access: Access = FULL,
+        restore: bool = False,
     ) -> AppendResult:
         """Durably log events of any number of conversations and record their indexing
         work. A conversation with a bad event is rejected whole (its events are listed in
-        `errors`); the others are written."""
+        `errors`; a re-sent deleted turn with reason `deleted`, unless `restore`, admin
+        only, brings it back); the others are written."""
+        if restore:
+            access.need_admin("restoring deleted turns", "restore")
         validation.event_count(events)
         events, truncated = self._fit(events)
         by_conv: dict[str, list[tuple[int, MemoryEvent]]] = {}
@@ -169,11 +181,14 @@ class IngestService:
                 try:
                     with tx.savepoint():
                         tx.open_conversation(conv, self.default_version)
-                        changed = _changed_events(tx, conv, rows, allow_gaps)
+                        changed = _changed_events(tx, conv, rows, allow_gaps, restore)
                         if changed:
                             tx.put_events(changed, tx.record_change(conv, turns=len(changed)))
                 except InvalidArgument as exc:
                     errors += [RecordError(_event_ref(r), str(exc)) for r in rows]
+                    continue
+                except TurnsDeleted as exc:
+                    errors += [RecordError(_event_ref(r), str(exc), REASON_DELETED) for r in rows]
                     continue
                 accepted += len(changed)
                 duplicates += len(rows) - len(changed)
@@ -302,16 +317,22 @@ def _build_version(tx: LogWriter, row: Conversation, requested: int) -> int:
 
 
 def _changed_events(
-    tx: LogWriter, conv: str, rows: list[EventRow], allow_gaps: bool
+    tx: LogWriter, conv: str, rows: list[EventRow], allow_gaps: bool, restore: bool = False
 ) -> list[EventRow]:
-    """The new and edited turns (identical re-sends are no-ops; deleted turns stay deleted,
-    after a purge as tombstones); gaps refused unless allowed. The caller writes them."""
+    """The new, edited and (with `restore`) restored turns; identical re-sends are no-ops;
+    gaps refused unless allowed. A deleted turn (after a purge, a tombstone) stays deleted:
+    sent again without `restore` it is TurnsDeleted, never taken silently for a duplicate.
+    The caller writes them."""
     stored = tx.events(conv, (r.turn_id for r in rows))
+    deleted = sorted(r.turn_id for r in rows if r.turn_id in stored and stored[r.turn_id].deleted)
+    if deleted and not restore:
+        raise TurnsDeleted(conv, deleted)
     changed = [
         r
         for r in rows
         if r.turn_id not in stored
-        or (not stored[r.turn_id].deleted and not stored[r.turn_id].same_content(r))
+        or stored[r.turn_id].deleted
+        or not stored[r.turn_id].same_content(r)
     ]
     new_ids = sorted(r.turn_id for r in rows if r.turn_id not in stored)
     if not allow_gaps and new_ids:
@@ -363,3 +384,19 @@ def _decode_page_token(token: str) -> int:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
     raise InvalidArgument("page_token", "not a token from a previous ListChunks response")
+
+
+class TurnsDeleted(FailedPrecondition):
+    """Events re-sent for turns that were deleted: they stay deleted unless restored."""
+
+    reason = "TURN_DELETED"
+
+    def __init__(self, conversation_id: str, turn_ids: list[int]) -> None:
+        shown = ", ".join(str(t) for t in turn_ids[:10]) + (" ..." if len(turn_ids) > 10 else "")
+        super().__init__(
+            f"turns {shown} of conversation {conversation_id!r} were deleted and stay deleted;"
+            " nothing of this conversation was written. To bring them back from an export,"
+            " send them again with restore (admin role: `memsvc append --restore`); new"
+            " turns need new turn ids"
+        )
+        self.turn_ids = turn_ids

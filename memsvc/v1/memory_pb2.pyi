@@ -108,16 +108,18 @@ class RecordError(_message.Message):
     def __init__(self, chunk_id: _Optional[str] = ..., message: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class BuildIncrementalChunksRequest(_message.Message):
-    __slots__ = ("events", "chunk_version", "allow_gaps", "conversation_id")
+    __slots__ = ("events", "chunk_version", "allow_gaps", "conversation_id", "restore")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     CHUNK_VERSION_FIELD_NUMBER: _ClassVar[int]
     ALLOW_GAPS_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[MemoryEvent]
     chunk_version: int
     allow_gaps: bool
     conversation_id: str
-    def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., chunk_version: _Optional[int] = ..., allow_gaps: _Optional[bool] = ..., conversation_id: _Optional[str] = ...) -> None: ...
+    restore: bool
+    def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., chunk_version: _Optional[int] = ..., allow_gaps: _Optional[bool] = ..., conversation_id: _Optional[str] = ..., restore: _Optional[bool] = ...) -> None: ...
 
 class BuildIncrementalChunksResponse(_message.Message):
     __slots__ = ("conversation_id", "turn_range", "chunks", "superseded_chunk_ids", "truncated")
@@ -360,12 +362,14 @@ class PurgeDeletedResponse(_message.Message):
     def __init__(self, chunks_purged: _Optional[int] = ..., events_purged: _Optional[int] = ...) -> None: ...
 
 class AppendEventsRequest(_message.Message):
-    __slots__ = ("events", "allow_gaps")
+    __slots__ = ("events", "allow_gaps", "restore")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_GAPS_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[MemoryEvent]
     allow_gaps: bool
-    def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., allow_gaps: _Optional[bool] = ...) -> None: ...
+    restore: bool
+    def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., allow_gaps: _Optional[bool] = ..., restore: _Optional[bool] = ...) -> None: ...
 
 class AppendEventsResponse(_message.Message):
     __slots__ = ("accepted", "duplicates", "errors", "truncated")

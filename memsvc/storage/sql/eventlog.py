@@ -54,6 +54,15 @@ class SqlLog(LayoutQueries, WorkQueries):
         row = self.sql.one("SELECT value FROM meta WHERE key = ?", (key,))
         return None if row is None else str(row[0])
 
+    def meta_with_prefix(self, prefix: str) -> dict[str, str]:
+        rows = self.sql.rows(
+            "SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?", (len(prefix), prefix)
+        )
+        return {str(r[0]): str(r[1]) for r in rows}
+
+    def delete_meta(self, key: str) -> None:
+        self.sql.run("DELETE FROM meta WHERE key = ?", (key,))
+
     def set_meta(self, key: str, value: str) -> None:
         self.sql.run(
             "INSERT INTO meta (key, value) VALUES (?, ?)"

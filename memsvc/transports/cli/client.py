@@ -74,6 +74,12 @@ def add_client_commands(sub: Any) -> None:
     )
     p.add_argument("--wait", action="store_true", help="then wait until they are searchable")
     p.add_argument(
+        "--restore",
+        action="store_true",
+        help="bring back turns that were deleted (or purged) with the events sent, e.g. an"
+        " export appended after a delete (role admin); without it they are errors",
+    )
+    p.add_argument(
         "--wait-timeout",
         type=float,
         default=600.0,
@@ -406,7 +412,10 @@ def cmd_append(stub: _Stub, args: argparse.Namespace) -> int:
         task = bars.add_task("appending", total=len(parsed.events))
         for batch in _batches(parsed.events):
             reply = stub.AppendEvents(
-                pb.AppendEventsRequest(events=batch, allow_gaps=args.allow_gaps), timeout=300
+                pb.AppendEventsRequest(
+                    events=batch, allow_gaps=args.allow_gaps, restore=args.restore
+                ),
+                timeout=300,
             )
             accepted += reply.accepted
             duplicates += reply.duplicates

@@ -153,6 +153,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
                 allow_gaps=request.allow_gaps,
                 conversation_id=request.conversation_id,
                 access=current_access(),
+                restore=request.restore,
             )
         response = pb.BuildIncrementalChunksResponse(
             conversation_id=result.conversation_id,
@@ -320,7 +321,10 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     ) -> pb.AppendEventsResponse:
         core = self.core
         result = core.ingest.append(
-            [event_from_pb(e) for e in request.events], request.allow_gaps, current_access()
+            [event_from_pb(e) for e in request.events],
+            request.allow_gaps,
+            current_access(),
+            restore=request.restore,
         )
         if result.accepted:
             core.worker.notify()
