@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -17,9 +18,12 @@ from memsvc.transports.grpc.auth import TokenTable
 from memsvc.transports.grpc.server import RunningServer, start_server
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
+from tests.integration.test_integrity_v3_surfaces import fill, reason, small_disk
 from tests.integration.test_security import TOKENS, write_tokens
+from tests.support.launch import free_port, start_child, wait_serving
 
 WORKERS = 8
+__all__ = ["small_disk"]  # the fixture, shared with integrity v3's full-disk test
 
 
 @pytest.fixture()
@@ -117,3 +121,31 @@ def test_13_a_message_over_the_limit_is_refused_before_its_token_is_read(
             assert unauthenticated.value.code() == grpc.StatusCode.UNAUTHENTICATED
     finally:
         running.stop(0)
+
+
+def test_14_an_append_the_disk_cannot_hold_is_disk_full(small_disk: Path) -> None:
+    """Leftover (issue 37): a full disk made AppendEvents INTERNAL when it struck inside
+    an append's transaction (SQLite rolls the transaction back, and the savepoint's own
+    rollback then failed with another error): it is RESOURCE_EXHAUSTED DISK_FULL."""
+    data = small_disk / "data"
+    port = free_port()
+    proc = start_child(data, port)
+    try:
+        with grpc.insecure_channel(
+            f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 * 1024 * 1024)]
+        ) as channel:
+            wait_serving(channel, proc)
+            stub = pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
+            stub.AppendEvents(pb.AppendEventsRequest(events=[event("small", 0, "hello")]))
+            filler = fill(small_disk)
+            text = "The harbor ferry schedule changed again this week. " * 1900  # ~100 KB
+            # several conversations of many turns: the transaction spills pages mid-way
+            big = [event(f"big{c}", i, text) for c in range(3) for i in range(25)]
+            with pytest.raises(grpc.RpcError) as err:
+                stub.AppendEvents(pb.AppendEventsRequest(events=big), timeout=120)
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value.details()
+            assert reason(err.value) == "DISK_FULL"
+            filler.unlink()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)

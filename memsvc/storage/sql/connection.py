@@ -73,8 +73,13 @@ class Sql:
         try:
             yield
         except BaseException:
-            self.run(f"ROLLBACK TO SAVEPOINT {name}")
-            self.run(f"RELEASE SAVEPOINT {name}")
+            try:
+                self.run(f"ROLLBACK TO SAVEPOINT {name}")
+                self.run(f"RELEASE SAVEPOINT {name}")
+            except Exception:
+                # The transaction itself is gone (SQLite rolls it back on a full disk): the
+                # error that ended it says why, not "no such savepoint".
+                pass
             raise
         self.run(f"RELEASE SAVEPOINT {name}")
 

@@ -87,12 +87,14 @@ class SqliteDatabase:
             try:
                 yield Sql(conn, SQLITE)
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # a full disk has rolled it back already
+                    conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
+        except sqlite3.Error as exc:
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             if _disk_full(exc):
                 raise DiskFull(f"{self.path.name}: the disk is full ({exc})") from exc
             raise
