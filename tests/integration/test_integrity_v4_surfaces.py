@@ -149,3 +149,39 @@ def test_14_an_append_the_disk_cannot_hold_is_disk_full(small_disk: Path) -> Non
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_15_milvus_lite_keeps_its_cache_beside_its_file(tmp_path: Path) -> None:
+    """Start race (issue 37): two Milvus Lite processes of one user shared
+    $HOME/.cache/milvus, which each makes at start and removes at exit: started together
+    they raced ("create dir failed", "Mmap manager has not been init"), and one stopping
+    pulled it from under the other. Each now has a home of its own beside its file."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home)}
+    servers = []
+    for name in ("a", "b"):
+        port = free_port()
+        servers.append((port, start_child(tmp_path / name, port, env=env)))
+    try:
+        channels = [grpc.insecure_channel(f"127.0.0.1:{port}") for port, _ in servers]
+        for channel, (_, proc) in zip(channels, servers, strict=True):
+            wait_serving(channel, proc)
+        assert not (home / ".cache" / "milvus").exists()
+        assert (tmp_path / "a" / ".milvus-lite" / ".cache" / "milvus").is_dir()
+        servers[0][1].terminate()
+        servers[0][1].wait(timeout=60)
+        stub = pb_grpc.MemoryServiceStub(channels[1])  # type: ignore[no-untyped-call]
+        built = stub.BuildIncrementalChunks(
+            pb.BuildIncrementalChunksRequest(events=[event("race", 0, "the harbour ferry")])
+        )
+        assert not stub.UpsertVectorRecords(
+            pb.UpsertVectorRecordsRequest(records=built.chunks)
+        ).errors
+        assert stub.EmbedDb(pb.EmbedDbRequest(query_text="ferry")).hits
+        for channel in channels:
+            channel.close()
+    finally:
+        for _, proc in servers:
+            proc.terminate()
+            proc.wait(timeout=60)

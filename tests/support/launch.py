@@ -25,8 +25,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_child(data_dir: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
+def start_child(
+    data_dir: Path, port: int, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **(env or {})}
     env.setdefault("MEMSVC_EMBED_MODEL", "sentence-transformers/all-MiniLM-L6-v2")
     env.setdefault("TQDM_DISABLE", "1")
     env.setdefault("MEMSVC_METRICS_LISTEN", "")  # tests run servers side by side

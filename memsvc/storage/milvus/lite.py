@@ -1,8 +1,41 @@
-"""Milvus Lite: a `.db` URI names a local file served by a child process that pymilvus
-starts (milvus_lite's server manager). Reconnecting after that process died means releasing
-it first, so the next client starts a fresh one on the same file."""
+"""Milvus Lite: a `.db` URI names a local file served by a child process (milvus_lite's
+server manager). Reconnecting after that process died means releasing it first, so the
+next client starts a fresh one on the same file.
+
+Each Milvus Lite process makes `$HOME/.cache/milvus` when it starts and removes it when it
+exits: two processes of one user started together (two servers, or a test run's two
+workers) raced there ("create dir … failed", then "Mmap manager has not been init"), and
+one stopping pulled the directory from under another. So memsvc starts it with a home of
+its own beside its file."""
 
 from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+_ENVIRONMENT = threading.Lock()
+
+
+def start(uri: str) -> None:
+    """Start (or find running) the process serving `uri`, with a private home: the process
+    copies the environment when it starts, so HOME is set around that start only."""
+    from milvus_lite.server_manager import server_manager_instance
+
+    home = Path(uri).absolute().parent / ".milvus-lite"
+    home.mkdir(mode=0o700, exist_ok=True)
+    with _ENVIRONMENT:
+        before = os.environ.get("HOME")
+        os.environ["HOME"] = str(home)
+        try:
+            started = server_manager_instance.start_and_get_uri(uri)
+        finally:
+            if before is None:
+                os.environ.pop("HOME", None)
+            else:
+                os.environ["HOME"] = before
+    if started is None:
+        raise RuntimeError(f"Milvus Lite did not start on {uri} (is another process using it?)")
 
 
 def is_lite(uri: str) -> bool:

@@ -177,6 +177,8 @@ class MilvusChunkStore:
         kwargs: dict[str, Any] = {"uri": self.uri, "grpc_options": _GRPC_OPTIONS}
         if self._token:
             kwargs["token"] = self._token
+        if lite.is_lite(self.uri):
+            lite.start(self.uri)  # with a home of its own; the client then finds it running
         return MilvusClient(**kwargs)
 
     def close(self, erase: bool = False) -> None:
