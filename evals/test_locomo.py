@@ -34,9 +34,9 @@ def test_recall_at_10_floor(services: Services, locomo: list[Conversation]) -> N
         for q in conv.questions:
             if q.category not in (1, 2, 3, 4) or not q.evidence:
                 continue
-            _, _, hits = services.search.search(
+            hits = services.search.search(
                 SearchRequest(q.question, 10, SearchFilters((conv.conversation_id,)))
-            )
+            ).hits
             covered = {
                 t
                 for h in hits
