@@ -32,29 +32,20 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import structlog
 
 from memsvc.domain.chunking import ChunkRenderer, plan_windows
-from memsvc.domain.errors import ConversationBusy
 from memsvc.domain.hashing import content_hash, text_hash
 from memsvc.domain.records import Conversation, LayoutRow, StoredChunk
 from memsvc.domain.types import (
-    REASON_BUSY,
-    REASON_DELETED,
-    REASON_MISMATCH,
-    REASON_SUPERSEDED,
-    REASON_TOO_LONG,
-    REASON_UNKNOWN,
     ChunkRecord,
-    RecordError,
-    UpsertResult,
 )
 from memsvc.observability import metrics
-from memsvc.observability.metrics import stage
 from memsvc.ports import ChunkStore, Embedder, EmbeddingCache, EventLog, LogWriter, WriterLocks
+from memsvc.services.projection_write import RecordWrites
 from memsvc.services.vectors import ChunkVectors
 
 log = structlog.get_logger(__name__)
@@ -79,15 +70,7 @@ class Reconciled:
     removed: int  # chunks no layout holds, removed (purged, retired)
 
 
-@dataclass
-class _Counts:
-    upserted: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    retired: int = 0
-
-
-class Projector:
+class Projector(RecordWrites):
     def __init__(
         self,
         log: EventLog,
@@ -295,190 +278,6 @@ class Projector:
         """Vectors for `texts`, running the model only on texts the cache has not seen."""
         return self.vectors.embed(texts)
 
-    # -- write ----------------------------------------------------------------------------
-    def store_records(
-        self, records: Sequence[ChunkRecord], errors: list[RecordError]
-    ) -> UpsertResult:
-        """Embed and store server-authored records; anything else is a per-record error.
-        Then each conversation written is settled."""
-        try:
-            return self._store_records(records, errors)
-        except Exception as exc:
-            metrics.count_failed_write(exc, len(records))
-            raise
-
-    def _store_records(
-        self, records: Sequence[ChunkRecord], errors: list[RecordError]
-    ) -> UpsertResult:
-        with stage("write", "check"):
-            epoch = self.vectors.erasure_epoch()
-            authored = self._authored(records, errors)
-        # The model is the slow part: embed before taking any lock. Texts already stored
-        # with identical content need no vector; the cache makes the rest cheap on replays.
-        with stage("write", "read"):
-            existing = self.store.get([r.chunk_id for r in authored])
-        need = [r for r in authored if not _holds(existing.get(r.chunk_id), r)]
-        checked = len(errors)
-        with stage("write", "tokens"):
-            need = self._drop_too_long(need, errors)
-        with stage("write", "embed"):
-            vectors = self.vectors.of(need, errors, epoch)
-        refused = {e.chunk_id for e in errors[checked:]}
-        authored = [r for r in authored if r.chunk_id not in refused]
-        counts = _Counts()
-        by_conv: dict[str, list[ChunkRecord]] = {}
-        for r in authored:
-            by_conv.setdefault(r.metadata.conversation_id, []).append(r)
-        for conv, group in by_conv.items():
-            try:
-                with self.locks.hold(conv):
-                    self._write(conv, group, vectors, errors, counts)
-                    with stage("write", "settle"):
-                        self.settle(conv)
-            except ConversationBusy as exc:  # the other conversations are written
-                errors += [RecordError(r.chunk_id, str(exc), REASON_BUSY) for r in group]
-        for outcome in ("upserted", "updated", "unchanged"):
-            metrics.CHUNKS_WRITTEN.labels(outcome).inc(getattr(counts, outcome))
-        metrics.count_upsert_failures([e.reason for e in errors])
-        return UpsertResult(
-            counts.upserted, counts.updated, counts.unchanged, counts.retired, errors
-        )
-
-    def _authored(
-        self, records: Sequence[ChunkRecord], errors: list[RecordError]
-    ) -> list[ChunkRecord]:
-        """The records that equal what the layout holds for their ids now."""
-        ids = [r.chunk_id for r in records]
-        with self.log.snapshot() as r:
-            layout = r.layout_rows(ids)
-            superseded = r.superseded_among(ids)
-        ok: list[ChunkRecord] = []
-        for rec in records:
-            row = layout.get(rec.chunk_id)
-            if row is None:
-                if rec.chunk_id in superseded:
-                    errors.append(
-                        RecordError(
-                            rec.chunk_id,
-                            "stale: superseded by a later build of its conversation",
-                            REASON_SUPERSEDED,
-                        )
-                    )
-                else:
-                    errors.append(
-                        RecordError(
-                            rec.chunk_id,
-                            "unknown chunk id: not built by this server for its conversation"
-                            " and version (BuildIncrementalChunks builds chunks)",
-                            REASON_UNKNOWN,
-                        )
-                    )
-            elif row.deleted:
-                errors.append(
-                    RecordError(
-                        rec.chunk_id,
-                        "stale: the chunk covers a deleted turn; it is not restored",
-                        REASON_DELETED,
-                    )
-                )
-            elif row.content_hash != content_hash(rec):
-                errors.append(
-                    RecordError(
-                        rec.chunk_id,
-                        "text or metadata differ from the chunk the server built for this id"
-                        " (stale after an edit, or changed by the caller): build again and"
-                        " upsert what the build returns",
-                        REASON_MISMATCH,
-                    )
-                )
-            else:
-                ok.append(rec)
-        return ok
-
-    def _write(
-        self,
-        conv: str,
-        records: list[ChunkRecord],
-        vectors: dict[str, np.ndarray],  # by chunk id
-        errors: list[RecordError],
-        counts: _Counts,
-    ) -> None:
-        """Under the conversation's lock: check authorship again, write, bookkeep. A chunk
-        of the active version is written `current` (what default searches read)."""
-        with stage("write", "bookkeep"):
-            records = self._authored(records, errors)
-            with self.log.snapshot() as view:
-                row = view.conversation(conv)
-            active = row.active_version if row is not None else 0
-        with stage("write", "read"):
-            existing = self.store.get([r.chunk_id for r in records])
-        writes: list[StoredChunk] = []
-        stale: set[str] = set()
-        for r in records:
-            old = existing.get(r.chunk_id)
-            current = r.metadata.chunk_version == active
-            if _holds(old, r) and old is not None and old.current == current:
-                counts.unchanged += 1
-                continue
-            live = replace(r, metadata=replace(r.metadata, deleted=False))
-            vector = vectors.get(r.chunk_id)
-            if vector is None:  # stored before, changed by a concurrent write: embed it now
-                vector = self.vectors.of([r], errors).get(r.chunk_id)
-                if vector is None:  # its turn changed meanwhile: the next build renders it
-                    stale.add(r.chunk_id)
-                    continue
-            writes.append(StoredChunk(live, content_hash(live), vector, current))
-            if old is None:
-                counts.upserted += 1
-            else:
-                counts.updated += 1
-        self.locks.ensure(conv)
-        with stage("write", "store"):
-            self.store.upsert(writes)
-        with stage("write", "bookkeep"):
-            with self.log.transaction() as tx:
-                tx.mark_indexed(
-                    [(r.chunk_id, text_hash(r.text)) for r in records if r.chunk_id not in stale]
-                )
-            counts.retired += self.retire_superseded(conv)
-
-    def _drop_too_long(
-        self, records: list[ChunkRecord], errors: list[RecordError]
-    ) -> list[ChunkRecord]:
-        """The chunker keeps every chunk within the model's limit; refuse (never truncate)
-        anything that is not, should a bug ever produce one."""
-        limit = self.embedder.info.max_tokens
-        keep = []
-        for r, n in zip(
-            records, self.embedder.count_tokens([r.text for r in records]), strict=True
-        ):
-            if n + self.embedder.info.special_tokens > limit:
-                errors.append(
-                    RecordError(
-                        r.chunk_id,
-                        f"text: {n} tokens; the model reads at most"
-                        f" {limit - self.embedder.info.special_tokens}",
-                        REASON_TOO_LONG,
-                    )
-                )
-            else:
-                keep.append(r)
-        return keep
-
-    def retire_superseded(self, conversation_id: str) -> int:
-        """Remove the conversation's superseded tails from the store (under its lock)."""
-        with self.log.snapshot() as r:
-            pending = r.pending_superseded(conversation_id)
-        if not pending:
-            return 0
-        live = [cid for cid, c in self.store.get(pending).items() if not c.record.metadata.deleted]
-        self.locks.ensure(conversation_id)
-        self.store.delete(live)
-        with self.log.transaction() as tx:
-            tx.superseded_done(pending)
-        metrics.CHUNKS_WRITTEN.labels("retired").inc(len(live))
-        return len(live)
-
     # -- settle ---------------------------------------------------------------------------
     def settle(self, conversation_id: str) -> Conversation | None:
         """Under the conversation's lock, after writes: how far default searches reflect
@@ -542,15 +341,6 @@ def observe_lag(conv: Conversation) -> Conversation:
     if conv.searchable_after_s is not None:
         metrics.INDEX_LAG.observe(conv.searchable_after_s)
     return conv
-
-
-def _holds(stored: StoredChunk | None, record: ChunkRecord) -> bool:
-    """The store already holds this record, live."""
-    return (
-        stored is not None
-        and not stored.record.metadata.deleted
-        and stored.content_hash == content_hash(record)
-    )
 
 
 def _covers_any(row: LayoutRow, sorted_turns: Sequence[int]) -> bool:
