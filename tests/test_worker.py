@@ -9,6 +9,7 @@ import pytest
 
 from memsvc.app import Services
 from memsvc.domain.types import SearchFilters, SearchRequest
+from memsvc.observability import metrics
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, turn
 from tests.support.faults import failing_model
 from tests.support.waiting import until_idle, worker_held
@@ -164,3 +165,20 @@ def test_new_store_is_rebuilt_from_the_event_log(tmp_path, embedder, backend) ->
         assert live(second, "s1") == expected
     finally:
         second.close()
+
+
+def test_index_lag_is_observed_for_every_conversation_the_worker_settles(
+    services: Services,
+) -> None:
+    # A backfill indexed by the worker settles each conversation inside its lease
+    # (indexing -> idle in the queue's complete): its wait used to go unobserved (issue 40).
+    def observed() -> float:
+        return metrics.REGISTRY.get_sample_value("memsvc_index_lag_seconds_count") or 0.0
+
+    before = observed()
+    convs = [f"lag{i}" for i in range(3)]
+    for conv in convs:
+        services.ingest.append(conversation(conv, EN_TURNS))
+    for conv in convs:
+        assert until_idle(services, conv).state == "idle"
+    assert observed() - before >= len(convs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memsvc.domain.records import QueueGauges, QueueItem
+from memsvc.observability import metrics
 from memsvc.storage.sql.connection import Database, Row, Sql, chunked, marks
 from memsvc.storage.sql.eventlog import SqlLog
 from memsvc.storage.sql.work import prefix_match
@@ -137,17 +138,25 @@ class SqlIndexQueue:
             )
             if not changed:
                 return None
+            row = sql.one(
+                f"SELECT state, pending_since, {clock} FROM conversations"
+                " WHERE conversation_id = ?",
+                (*at, item.conversation_id),
+            )
             sql.run(
                 "UPDATE conversations SET attempts = 0, last_error = '',"
                 " pending_since = CASE WHEN state = 'idle' THEN 0 ELSE pending_since END"
                 " WHERE conversation_id = ?",
                 (item.conversation_id,),
             )
-            row = sql.one(
-                "SELECT state FROM conversations WHERE conversation_id = ?",
-                (item.conversation_id,),
-            )
-        return None if row is None else str(row[0])
+        if row is None:
+            return None
+        state, since, clock_now = str(row[0]), float(row[1] or 0), float(row[2])
+        if state == "idle" and since > 0:
+            # A step that settles its conversation inside the lease goes indexing -> idle
+            # here, not in settle: its oldest turn's wait until searchable is observed here.
+            metrics.INDEX_LAG.observe(max(0.0, clock_now - since))
+        return state
 
     def fail(
         self,
