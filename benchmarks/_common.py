@@ -24,7 +24,13 @@ DEFAULT_EVAL = ROOT.parent / "shared" / "eval" / "locomo-dev.json"
 
 
 def machine() -> str:
-    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    """The CPU model first: figures from two machines must be told apart (issue 38)."""
+    from memsvc.embedding.tuning import cpu_model, usable_cores
+
+    return (
+        f"{cpu_model()} ({platform.machine()}), {usable_cores()} cores,"
+        f" Python {platform.python_version()}"
+    )
 
 
 def ingest(

@@ -272,6 +272,9 @@ def main() -> None:
         stub,
         _pid,
     ):
+        server = stub.GetIndexStatus(pb.GetIndexStatusRequest()).server
+        runtime = server.embed_backend
+        print(f"memsvc perf on {machine()}; model runtimes: {runtime}", flush=True)
         times = ServerTimes(metrics_port)
         t = time.perf_counter()
         calls = 0
@@ -613,7 +616,8 @@ def main() -> None:
         print(f"no peer: {args.peer_python} missing (make bench-peer-venv)", flush=True)
 
     print(
-        f"\nmemsvc perf, {date.today()}, {machine()}, {BUNDLED_MODEL_NAME}, {live} LoCoMo chunks from {len(convs)} conversations\n"
+        f"\nmemsvc perf, {date.today()}, {machine()}, {BUNDLED_MODEL_NAME} on {runtime},"
+        f" {live} LoCoMo chunks from {len(convs)} conversations\n"
     )
     print("| measure | target | measured | status |")
     print("|---|---|---|---|")

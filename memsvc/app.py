@@ -25,6 +25,7 @@ from memsvc.services import bootstrap
 from memsvc.services.audit import StoreAudit
 from memsvc.services.control import IndexControl
 from memsvc.services.deletion import ERASURE_PENDING, DeletionService
+from memsvc.services.embedder_watch import EmbedderWatch
 from memsvc.services.fleet import FleetSettings
 from memsvc.services.health import Health
 from memsvc.services.indexing import IndexWorker, WorkerSettings, worker_identity
@@ -101,6 +102,7 @@ class Services:
     worker: IndexWorker
     control: IndexControl
     store_watch: StoreWatch
+    embedder_watch: EmbedderWatch
     store_audit: StoreAudit
     fleet: FleetSettings
     backend: Backend
@@ -114,6 +116,7 @@ class Services:
         if self.settings.database_url:
             self.fleet.stop()
         self.store_watch.stop()
+        self.embedder_watch.stop()
         self.health.stop()
         try:
             with self.log.snapshot() as r:
@@ -128,17 +131,14 @@ class Services:
 
     def describe(self) -> ServerDescription:
         info = self.embedder.info
-        backend = type(getattr(self.embedder, "backend", None)).__name__
+        # the local model names the runtime of each path (memsvc.embedding.tuning)
+        runtime = getattr(self.embedder, "runtime_label", info.provider)
         return ServerDescription(
             version=package_version(),
             model=info.name,
             model_fallback=info.fallback,
             dim=info.dim,
-            embed_backend=(
-                info.provider
-                if info.provider != "local"
-                else backend.removesuffix("Backend").lower()
-            ),
+            embed_backend=runtime if info.provider == "local" else info.provider,
             log_backend="postgres" if self.settings.database_url else "sqlite",
         )
 
@@ -150,7 +150,7 @@ class Services:
             self.health.disk_full,
             self.health.log_up,
             chunks_stored=self._chunks_stored(),
-            embedder_up=self.embedder.available(),
+            embedder_up=self.embedder_watch.up,
         )
 
     def _chunks_stored(self) -> int | None:
@@ -324,7 +324,9 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
     watch.on_change(lambda up: notifier.notify() if up else None)
     watch.on_change(audit.on_store_change)
     health.on_change(lambda writable: notifier.notify() if writable else None)
+    embedder_watch = EmbedderWatch(embedder, settings.embedder_check_s)
     watch.start()
+    embedder_watch.start()
     health.start()
     audit.start()
     if settings.database_url:
@@ -347,6 +349,7 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         worker,
         control,
         watch,
+        embedder_watch,
         audit,
         fleet,
         backend,

@@ -84,13 +84,9 @@ class Settings(BaseSettings):
     query_instruction: str | None = Field(
         None, description="query instruction; unset = the model's known default"
     )
-    embed_backend: Literal["auto", "onnx", "torch"] = Field(
-        "auto",
-        description="forward pass: onnx = ONNX Runtime on an export of the same weights,"
-        " auto = onnx when it reproduces torch's vectors, else torch",
-    )
     model_cache_dir: Path | None = Field(
-        None, description="where ONNX exports are kept; unset = data_dir/model-cache"
+        None,
+        description="where ONNX exports and runtime timings are kept; unset = data_dir/model-cache",
     )
     embed_batch_size: int = Field(
         16,
@@ -99,7 +95,16 @@ class Settings(BaseSettings):
         description="passages per forward pass at most, also bounded by 512 padded tokens"
         " (openai: texts per request)",
     )
-    torch_threads: int = Field(0, ge=0, description="0 = number of CPU cores")
+    embed_backend: Literal["auto", "onnx", "torch"] = Field(
+        "auto",
+        description="forward pass: auto = per path (queries, passages) the runtime measured"
+        " fastest on this machine (memsvc tune); onnx = ONNX Runtime on an export of the same"
+        " weights; torch",
+    )
+    torch_threads: int = Field(0, ge=0, description="torch's threads; 0 = usable CPU cores")
+    onnx_threads: int = Field(
+        0, ge=0, description="threads of each ONNX Runtime session; 0 = usable CPU cores"
+    )
     max_turn_chars: int = Field(
         100_000,
         ge=1,
@@ -167,6 +172,13 @@ class Settings(BaseSettings):
     )
     store_check_s: float = Field(
         1.0, gt=0, le=60, description="seconds between store health checks"
+    )
+    embedder_check_s: float = Field(
+        2.0,
+        gt=0,
+        le=60,
+        description="seconds between embedder health checks (a remote server gets one short"
+        " request when no call succeeded meanwhile); not answering = NOT_SERVING",
     )
     writer_wait_s: float = Field(
         10.0,

@@ -25,6 +25,10 @@ from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder
 from memsvc.embedding.providers import load_embedder
 from tests.support.postgres import PostgresCluster
 
+# What serves the local model's two paths (status, memsvc_build_info): one runtime, or each
+# path's when the measurement chose two (memsvc.embedding.tuning).
+RUNTIME_LABEL = r"^(onnx|torch)$|^query=(onnx|torch),passage=(onnx|torch)$"
+
 
 def make_settings(data_dir: Path, **kw: object) -> Settings:
     base: dict[str, object] = {

@@ -22,6 +22,7 @@ from memsvc.embedding.model import (
     passage_batches,
 )
 from memsvc.embedding.providers import load_embedder
+from memsvc.services.embedder_watch import EmbedderWatch
 from memsvc.services.vectors import embed_passages_cached
 from memsvc.storage.sqlite import open_cache
 from memsvc.transports.grpc.server import StoppedDuringStartup
@@ -163,10 +164,13 @@ PARITY_TEXTS = [
 ]
 
 
-def test_session_embedder_runs_on_onnx(embedder: Embedder) -> None:
-    # auto picks ONNX Runtime when its export reproduces torch: the default everywhere;
-    # queries run on a session of their own
-    assert embedder.backend.name == "onnx" and embedder.query_backend.name == "onnx"
+def test_session_embedder_runs_on_the_measured_runtimes(embedder: Embedder) -> None:
+    # auto runs each path on the runtime measured fastest here (tests/test_tuning.py);
+    # queries run on a backend of their own, so they never wait behind passage batches
+    assert embedder.tuning is not None and not embedder.tuning.forced
+    assert embedder.backend.name == embedder.tuning.passage
+    assert embedder.query_backend.name == embedder.tuning.query
+    assert embedder.runtime_label == embedder.tuning.label()
     assert embedder.query_backend is not embedder.backend
 
 
@@ -190,9 +194,9 @@ class _HeldBackend:
 
 def test_queries_do_not_wait_behind_passage_batches(embedder: Embedder) -> None:
     # A search during a large upsert used to queue on the model lock for the whole upsert.
-    real = embedder.backend
+    real, queries = embedder.backend, embedder.query_backend
     held = _HeldBackend(real)
-    embedder.use_backend(held)
+    embedder.use_backend(held, queries)
     try:
         with ThreadPoolExecutor(1) as pool:
             passages = pool.submit(embedder.encode_passages, ["a long upsert"] * 4)
@@ -203,7 +207,7 @@ def test_queries_do_not_wait_behind_passage_batches(embedder: Embedder) -> None:
             assert passages.result(60).shape == (4, 384)
     finally:
         held.release.set()
-        embedder.use_backend(real)
+        embedder.use_backend(real, queries)
     assert query.shape == (1, 384)
 
 
@@ -258,3 +262,15 @@ def test_a_served_models_tokens_are_counted_like_the_local_ones(embedder: Embedd
     # Without a tokenizer the estimate errs high, never low, on text like the service's.
     assert TokenCounter().count(texts) == [estimate_tokens(t) for t in texts]
     assert all(e >= n for e, n in zip(TokenCounter().count(texts), exact.count(texts), strict=True))
+
+
+def test_a_failing_local_model_is_down_until_it_answers_again(embedder: Embedder) -> None:
+    # readiness follows the model (issue 40): down from a failed forward pass until a
+    # probe pass succeeds, however long that takes
+    watch = EmbedderWatch(embedder, 0.1)
+    assert watch.check() and watch.up
+    with failing_model(embedder, "the model's runtime crashed"):
+        with pytest.raises(EmbedderError):
+            embedder.encode_queries(["where is my passport"])
+        assert not watch.check() and not watch.check() and not watch.up
+    assert watch.check() and watch.up

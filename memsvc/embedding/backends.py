@@ -4,7 +4,8 @@ FlagEmbedding loads the model (the loader of record); a backend turns one padded
 token ids into pooled, L2-normalised float32 vectors. The ONNX backend is the torch model
 exported once (torch.onnx's dynamo exporter, pooling and normalisation inside the graph)
 into the model cache, and is used only if it reproduces the torch vectors on a fixed probe
-set (cosine >= PARITY_MIN_COSINE); otherwise the service runs on torch and says why.
+set (cosine >= PARITY_MIN_COSINE). Which one runs each path is measured on the machine
+(memsvc.embedding.tuning).
 """
 
 from __future__ import annotations
@@ -83,7 +84,11 @@ class TorchBackend:
             raise EmbedderError(f"embedding failed: {exc}") from exc
 
     def for_queries(self) -> TorchBackend:
-        return self
+        """The same model under a lock of its own: a query need not wait behind an
+        upsert's passage batches (torch runs forward passes from several threads)."""
+        twin = TorchBackend.__new__(TorchBackend)
+        twin._torch, twin._model, twin._pooling = self._torch, self._model, self._pooling
+        return twin
 
 
 class OnnxBackend:
@@ -129,39 +134,22 @@ def _pool_torch(torch: Any, hidden: Any, mask: Any, pooling: str) -> Any:
     return torch.nn.functional.normalize(pooled, dim=-1)
 
 
-def select_backend(
-    wanted: Literal["auto", "torch", "onnx"],
+def checked_onnx(
+    reference: TorchBackend,
     model: Any,
     pooling: str,
     max_tokens: int,
     tokenize: Callable[[Sequence[str]], Batch],
-    cache_dir: Path,
-    model_key: str,
+    export_dir: Path,
     threads: int,
-) -> ModelBackend:
-    """The backend to run: torch if asked; else the ONNX export of `model`, checked
-    against torch on the probe texts. `auto` falls back to torch (one WARNING) when the
-    export cannot be made or does not match; `onnx` makes that a start-up error."""
-    torch_backend = TorchBackend(model, pooling)
-    if wanted == "torch":
-        return torch_backend
-    try:
-        onnx_backend, cosine = _checked_onnx(
-            torch_backend, model, pooling, max_tokens, tokenize, cache_dir / model_key, threads
-        )
-    except Exception as exc:
-        if wanted == "onnx":
-            raise RuntimeError(
-                f"MEMSVC_EMBED_BACKEND=onnx but the ONNX backend is not usable: {exc}"
-            ) from exc
-        log.warning(
-            "embed_backend_fallback",
-            using="torch",
-            reason=str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__,
-        )
-        return torch_backend
+) -> OnnxBackend:
+    """The ONNX export of `model` as a backend, checked against torch on the probe texts;
+    raises when the export cannot be made or does not match."""
+    backend, cosine = _checked_onnx(
+        reference, model, pooling, max_tokens, tokenize, export_dir, threads
+    )
     log.info("embed_backend_ready", backend="onnx", parity_min_cosine=round(cosine, 6))
-    return onnx_backend
+    return backend
 
 
 def _checked_onnx(

@@ -23,7 +23,8 @@ import structlog
 from memsvc.config import Settings
 from memsvc.domain.model_identity import ModelIdentity
 from memsvc.domain.records import DEFAULT_MAX_TOKENS, ModelInfo
-from memsvc.embedding.backends import Batch, ModelBackend, model_files_key, select_backend
+from memsvc.embedding.backends import Batch, ModelBackend, model_files_key
+from memsvc.embedding.tuning import Runtimes, Tuning, select_runtimes, usable_cores
 from memsvc.observability import metrics
 
 log = structlog.get_logger(__name__)
@@ -104,25 +105,43 @@ class Embedder:
     """Encodes passages and queries to L2-normalised float32 vectors: the model's tokenizer,
     then one backend (torch or ONNX Runtime, memsvc/backends.py) for the forward pass."""
 
-    def __init__(self, tokenizer: Any, backend: ModelBackend, info: ModelInfo, batch_size: int):
+    def __init__(
+        self,
+        tokenizer: Any,
+        backend: ModelBackend,
+        info: ModelInfo,
+        batch_size: int,
+        query_backend: ModelBackend | None = None,
+        tuning: Tuning | None = None,
+    ):
         self._tokenizer = tokenizer
         self.info = info
         self.batch_size = batch_size
         self.batch_tokens = PASSAGE_BATCH_TOKENS
         self._lock = threading.Lock()
         self._query_lock = threading.Lock()
-        self.use_backend(backend)
+        self.use_backend(backend, query_backend)
+        # which runtime runs each path, and the timings that chose it (memsvc tune)
+        self.tuning = tuning
+        self._failing = False  # the last forward pass failed (health: ping)
         # the fingerprint is filled in once the model runs (memsvc.embedding.providers)
         self.identity = ModelIdentity("local", info.name, info.dim, "")
 
-    def use_backend(self, backend: ModelBackend) -> None:
-        """Run on `backend` from now on (start-up; tests swap in a failing one)."""
+    def use_backend(self, backend: ModelBackend, query_backend: ModelBackend | None = None) -> None:
+        """Run on `backend` from now on, queries on `query_backend` (default: the query
+        backend `backend` offers)."""
         self.backend = backend
-        self.query_backend = backend.for_queries()
+        self.query_backend = query_backend or backend.for_queries()
 
     @property
     def name(self) -> str:
         return self.info.name
+
+    @property
+    def runtime_label(self) -> str:
+        """`onnx`, `torch`, or each path's runtime when they differ."""
+        query, passage = self.query_backend.name, self.backend.name
+        return query if query == passage else f"query={query},passage={passage}"
 
     @property
     def dim(self) -> int:
@@ -134,6 +153,16 @@ class Embedder:
 
     def available(self) -> bool:
         return True  # in this process: up whenever the service is
+
+    def ping(self, timeout_s: float) -> bool:
+        """Up unless the last forward pass failed; then one probe pass says."""
+        if not self._failing:
+            return True
+        try:
+            self._passages(["ping"], metered=False)
+        except Exception:
+            return False
+        return True
 
     def close(self) -> None:
         pass
@@ -173,7 +202,7 @@ class Embedder:
             for start, end in passage_batches(lengths, self.batch_size, self.batch_tokens):
                 idx = order[start:end]
                 batch = {key: [encoded[key][i] for i in idx] for key in encoded}
-                out[idx] = _counted(
+                out[idx] = self._forward(
                     self.backend.encode, self._tokenizer.pad(batch, return_tensors="np")
                 )
             if metered:
@@ -194,9 +223,21 @@ class Embedder:
             started = time.perf_counter()
             prompted = [instruction + t for t in texts]
             batch = tokenize(self._tokenizer, prompted, self.info.max_tokens)
-            vectors = _counted(self.query_backend.encode, batch)
+            vectors = self._forward(self.query_backend.encode, batch)
             metrics.EMBED_DURATION.labels("query").observe(time.perf_counter() - started)
         metrics.EMBEDDED_TEXTS.labels("query").inc(len(texts))
+        return vectors
+
+    def _forward(self, encode: Callable[[Batch], np.ndarray], batch: Batch) -> np.ndarray:
+        """One forward pass, counted in memsvc_embed_requests_total{provider="local"}."""
+        try:
+            vectors = encode(batch)
+        except Exception:
+            self._failing = True
+            metrics.EMBED_REQUESTS.labels("local", "error").inc()
+            raise
+        self._failing = False
+        metrics.EMBED_REQUESTS.labels("local", "ok").inc()
         return vectors
 
 
@@ -216,17 +257,6 @@ def passage_batches(
     return runs
 
 
-def _counted(encode: Callable[[Batch], np.ndarray], batch: Batch) -> np.ndarray:
-    """One forward pass, counted in memsvc_embed_requests_total{provider="local"}."""
-    try:
-        vectors = encode(batch)
-    except Exception:
-        metrics.EMBED_REQUESTS.labels("local", "error").inc()
-        raise
-    metrics.EMBED_REQUESTS.labels("local", "ok").inc()
-    return vectors
-
-
 def _load_flag_model(path: str, pooling: str, instruction: str | None, batch: int) -> Any:
     from FlagEmbedding import FlagModel
 
@@ -241,8 +271,9 @@ def _load_flag_model(path: str, pooling: str, instruction: str | None, batch: in
     )
 
 
-def load_local_embedder(settings: Settings) -> Embedder:
-    """Load the configured model; on failure, the bundled MiniLM model if fallback is allowed."""
+def load_local_embedder(settings: Settings, tune_again: bool = False) -> Embedder:
+    """Load the configured model; on failure, the bundled MiniLM model if fallback is allowed.
+    Each path runs on the runtime measured fastest here (`tune_again`: measure anew)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.getLogger("transformers").setLevel(logging.ERROR)
     # count_tokens measures over-long texts on purpose (to split or refuse them); the
@@ -252,8 +283,11 @@ def load_local_embedder(settings: Settings) -> Embedder:
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     import torch
 
-    threads = settings.torch_threads or max(1, os.cpu_count() or 1)
-    torch.set_num_threads(threads)
+    threads = {
+        "torch": settings.torch_threads or usable_cores(),
+        "onnx": settings.onnx_threads or usable_cores(),
+    }
+    torch.set_num_threads(threads["torch"])
 
     model = settings.embed_model
     fallback = False
@@ -300,17 +334,25 @@ def load_local_embedder(settings: Settings) -> Embedder:
         fallback,
         max_tokens=_token_limit(flag.tokenizer, config),
     )
-    backend = select_backend(
+    cache_dir = settings.model_cache_dir or settings.data_dir / "model-cache"
+    runtimes: Runtimes = select_runtimes(
         settings.embed_backend,
         flag.model,
         pooling,
         info.max_tokens,
         lambda texts: tokenize(flag.tokenizer, texts, info.max_tokens),
-        settings.model_cache_dir or settings.data_dir / "model-cache",
-        model_files_key(model_dir, name),
+        cache_dir / model_files_key(model_dir, name),
         threads,
+        again=tune_again,
     )
-    embedder = Embedder(flag.tokenizer, backend, info, settings.embed_batch_size)
+    embedder = Embedder(
+        flag.tokenizer,
+        runtimes.passage,
+        info,
+        settings.embed_batch_size,
+        query_backend=runtimes.query,
+        tuning=runtimes.tuning,
+    )
     embedder.encode_queries(["warm-up"])  # the first forward pass pays one-off set-up costs
     return embedder
 

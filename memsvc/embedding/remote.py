@@ -33,7 +33,7 @@ import structlog
 
 from memsvc.domain import deadline
 from memsvc.domain.errors import EmbedderError, EmbedderUnavailable
-from memsvc.domain.model_identity import ModelIdentity
+from memsvc.domain.model_identity import PROBE_TEXTS, ModelIdentity
 from memsvc.domain.records import ModelInfo
 from memsvc.embedding.tokens import TokenCounter
 from memsvc.observability import metrics
@@ -76,6 +76,7 @@ class _Circuit:
         self._open_until = 0.0
         self._cool_s = CIRCUIT_FIRST_S
         self.reason = ""
+        self.last_ok_at = 0.0  # time.monotonic() of the last answer that was good
 
     def wait_s(self) -> float:
         with self._lock:
@@ -83,6 +84,7 @@ class _Circuit:
 
     def success(self) -> None:
         with self._lock:
+            self.last_ok_at = time.monotonic()
             if self._open_until:
                 log.info("embedder_recovered")
             self._open_until = 0.0
@@ -164,6 +166,19 @@ class RemoteEmbedder:
 
     def available(self) -> bool:
         return self._circuit.wait_s() == 0.0
+
+    def ping(self, timeout_s: float) -> bool:
+        """One short request, no retries, unless a call succeeded just now; a good answer
+        closes the circuit at once (index steps resume without waiting out the cool-off)."""
+        if time.monotonic() - self._circuit.last_ok_at < timeout_s:
+            return True
+        try:
+            self._request([PROBE_TEXTS[0]], time.monotonic() + timeout_s)
+        except Exception as exc:  # any failure is an answer: not up
+            self._circuit.reason = self._circuit.reason or str(exc)[:300]
+            return False
+        self._circuit.success()
+        return True
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return self._tokens.count(texts)

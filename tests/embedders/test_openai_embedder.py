@@ -5,12 +5,18 @@ dimension."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from structlog.testing import capture_logs
 
 from memsvc.app import Services, build_services
@@ -19,15 +25,20 @@ from memsvc.domain.types import SearchFilters, SearchRequest
 from memsvc.embedding.model import Embedder
 from memsvc.embedding.providers import load_embedder
 from memsvc.observability import metrics
+from memsvc.transports.grpc.convert import event_to_pb
 from memsvc.transports.grpc.server import RunningServer, start_server
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, make_settings, remote_settings
+from tests.integration.test_operations import scrape
 from tests.support.embedding_server import (
+    REMOTE_MODEL_NAME,
     FaultProxy,
     InfinityServer,
+    bundled_model_dir,
 )
 from tests.support.fleet import until
+from tests.support.launch import free_port, start_child, wait_serving
 from tests.support.waiting import until_idle
 
 pytestmark = pytest.mark.embedders
@@ -264,3 +275,77 @@ def test_the_key_is_sent_as_a_bearer_token_and_never_logged(
         remote.encode_passages(["hello"])
     assert proxy.faults.authorization[-1] == "Bearer sk-test-0123456789"
     assert "sk-test" not in repr(logs) and "sk-test" not in repr(remote.config)  # type: ignore[attr-defined]
+
+
+def test_a_dead_embedding_server_is_not_ready_for_as_long_as_it_is_dead(
+    tmp_path: Path, infinity: InfinityServer
+) -> None:
+    """kill -9 of the embedding server with no traffic: /readyz 503, health NOT_SERVING and
+    `memsvc health` exit 1 within a few checks, memsvc_embedder_up 0 for the whole outage
+    (not only in the circuit's cool-off windows, so the alert's `for` can elapse); appends
+    are still accepted (writes health SERVING); after a restart, ready again (issue 40)."""
+    port, metrics_port = free_port(), free_port()
+    proc = start_child(
+        tmp_path,
+        port,
+        env={
+            "MEMSVC_EMBED_PROVIDER": "openai",
+            "MEMSVC_EMBED_URL": infinity.url,
+            "MEMSVC_EMBED_MODEL": REMOTE_MODEL_NAME,
+            "MEMSVC_EMBED_TOKENIZER": str(bundled_model_dir()),
+            "MEMSVC_EMBED_TIMEOUT_S": "1",
+            "MEMSVC_EMBED_MAX_RETRIES": "1",
+            "MEMSVC_EMBEDDER_CHECK_S": "0.5",
+            "MEMSVC_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
+        },
+    )
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    health = health_pb2_grpc.HealthStub(channel)  # type: ignore[no-untyped-call]
+
+    def status(service: str = "") -> int:
+        request = health_pb2.HealthCheckRequest(service=service)
+        return int(health.Check(request, timeout=5).status)
+
+    def ready() -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=5):
+                return 200
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    def embedder_up() -> float:
+        families = scrape(metrics_port)
+        return families["memsvc_embedder_up"][()]
+
+    def memsvc_health() -> int:
+        argv = [sys.executable, "-m", "memsvc", "health", "--target", f"127.0.0.1:{port}"]
+        return subprocess.run(argv, capture_output=True, timeout=60).returncode
+
+    serving = health_pb2.HealthCheckResponse.SERVING
+    try:
+        wait_serving(channel, proc)
+        assert ready() == 200 and embedder_up() == 1 and memsvc_health() == 0
+        infinity.kill()
+        until(lambda: status() != serving, 30, "health follows the embedder")
+        assert ready() == 503 and memsvc_health() == 1
+        stub = pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
+        writes = f"{pb.DESCRIPTOR.services_by_name['MemoryService'].full_name}.Writes"
+        assert status(writes) == serving  # appends need no model
+        appended = stub.AppendEvents(
+            pb.AppendEventsRequest(events=[event_to_pb(e) for e in conversation("d1", EN_TURNS)])
+        )
+        assert appended.accepted == len(EN_TURNS)
+        # the gauge stays down for the whole outage: sampled over several cool-off windows
+        samples = []
+        for _ in range(8):
+            samples.append(embedder_up())
+            time.sleep(0.5)
+        assert samples == [0] * 8
+        infinity.start()
+        until(lambda: status() == serving, 60, "health follows the embedder back")
+        assert ready() == 200 and embedder_up() == 1 and memsvc_health() == 0
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        if infinity.proc is None or infinity.proc.poll() is not None:
+            infinity.start()

@@ -5,6 +5,7 @@ confirmation before whole-conversation deletes and purges, retire."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests.conftest import RUNTIME_LABEL
 from tests.integration.test_operations import EXAMPLE, cli
 from tests.support.launch import free_port, start_child, wait_serving
 
@@ -47,7 +49,7 @@ def test_status_says_which_model_serves(target: str) -> None:
     server = json.loads(cli(target, "status", "--json").stdout)["server"]
     assert server["model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert server["model_fallback"] is False and server["dim"] == 384
-    assert server["embed_backend"] in ("onnx", "torch") and server["log_backend"] == "sqlite"
+    assert re.match(RUNTIME_LABEL, server["embed_backend"]) and server["log_backend"] == "sqlite"
     assert server["version"] == memsvc("--version").stdout.split()[1]
     table = cli(target, "status").stdout
     assert "model sentence-transformers/all-MiniLM-L6-v2 (dim 384" in table

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from memsvc.app import Services
 from memsvc.domain.types import SearchFilters, SearchRequest
-from tests.conftest import EN_TURNS, conversation
+from tests.conftest import EN_TURNS, RUNTIME_LABEL, conversation
 from tests.support.launch import free_port, start_child, wait_serving
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation.jsonl"
@@ -179,7 +180,7 @@ def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
         info = dict(build)
         assert info["model"] == "sentence-transformers/all-MiniLM-L6-v2"
         assert info["dim"] == "384" and info["log"] == "sqlite"
-        assert info["fallback"] in ("true", "false") and info["backend"] in ("onnx", "torch")
+        assert info["fallback"] in ("true", "false") and re.match(RUNTIME_LABEL, info["backend"])
         assert info["version"] and metrics["memsvc_build_info"][build] == 1
         assert metrics["process_resident_memory_bytes"][()] > 0
         assert "python_info" in metrics

@@ -29,9 +29,9 @@ class FailingBackend:
 @contextmanager
 def failing_model(embedder: Embedder, cause: str) -> Iterator[None]:
     """The model fails until the block ends."""
-    healthy = embedder.backend
+    healthy, queries = embedder.backend, embedder.query_backend
     embedder.use_backend(FailingBackend(cause, healthy.name))
     try:
         yield
     finally:
-        embedder.use_backend(healthy)
+        embedder.use_backend(healthy, queries)

@@ -94,6 +94,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     migrate.add_argument("--data-dir", help="data directory (env MEMSVC_DATA_DIR)")
     migrate.add_argument("--database-url", help="PostgreSQL URL (env MEMSVC_DATABASE_URL)")
+    tune = sub.add_parser(
+        "tune",
+        help="time the local model's runtimes on this machine, record the fastest per path"
+        " (queries, passages) for the next start, print them",
+    )
+    tune.add_argument("--data-dir", help="data directory (env MEMSVC_DATA_DIR)")
+    tune.add_argument("--json", action="store_true", help="print the record as JSON")
     add_client_commands(sub)
     return parser
 
@@ -123,6 +130,13 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as exc:  # one line: what failed and why
             raise SystemExit(f"memsvc migrate: {exc}") from None
         raise SystemExit(0)
+    if args.command == "tune":
+        from memsvc.transports.cli.tune import run_tune
+
+        settings = _settings(argparse.Namespace(data_dir=args.data_dir))
+        # progress to stderr (warnings only): stdout is the result
+        configure_logging(settings.log_format, "WARNING")
+        raise SystemExit(run_tune(settings, args.json))
     if args.command != "serve":
         raise SystemExit(run_client(args))
     try:

@@ -45,7 +45,8 @@ log = structlog.get_logger(__name__)
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["MemoryService"].full_name
-# Health of writes alone: NOT_SERVING while the disk is full (reads still SERVING).
+# Health of writes alone: NOT_SERVING while the disk is full or the log or store is down
+# (reads still SERVING), SERVING while only the embedder is (appends need no model).
 WRITES_HEALTH = f"{SERVICE_NAME}.Writes"
 # grpcio-reflection serves v1alpha only; v1 (what current grpcurl, Postman and the other
 # languages' tools ask first) is the same protocol under another name, served alongside.
@@ -87,15 +88,19 @@ class RunningServer:
         self.servicer.attach(services)
 
         def check(_: bool) -> None:
-            self.set_serving(services.store.up and services.health.log_up)
+            self.set_serving(
+                services.store.up and services.health.log_up and services.embedder_watch.up
+            )
+            # writes need the log and the store, not the model (it runs later, in the worker)
+            self.set_writable(services.health.writable and services.store.up)
 
         check(True)
-        # NOT_SERVING while the vector store or the log's database is down, SERVING again
-        # once both are back.
+        # NOT_SERVING while the vector store, the log's database or the embedder is down,
+        # SERVING again once all are back.
         services.store_watch.on_change(check)
         services.health.on_log_change(check)
-        self.set_writable(services.health.writable)
-        services.health.on_change(self.set_writable)
+        services.embedder_watch.on_change(check)
+        services.health.on_change(check)
 
     def set_writable(self, writable: bool) -> None:
         self.health.set(
@@ -114,13 +119,12 @@ class RunningServer:
         self.serving = serving
         for name in ("", SERVICE_NAME):
             self.health.set(name, status)
-        if not serving:
-            self.health.set(WRITES_HEALTH, status)
 
     def stop(self, grace: float = 5.0) -> None:
         """Health NOT_SERVING at once, new calls refused, calls in flight get `grace`
         seconds; returns when their handlers have finished (or `grace` + 10 s)."""
         self.set_serving(False)
+        self.set_writable(False)
         self.server.stop(grace).wait()
         if not self.servicer.in_flight.wait_idle(10.0):
             log.warning("shutdown_handlers_still_running")

@@ -1,0 +1,47 @@
+"""`memsvc tune`: measure the local model's runtimes on this machine and record the choice
+(memsvc.embedding.tuning) that the next `memsvc serve` on the same data directory (or model
+cache) uses. A running server keeps its runtimes until it restarts."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from memsvc.config import Settings
+from memsvc.embedding.tuning import PATHS, Tuning
+
+
+def run_tune(settings: Settings, as_json: bool) -> int:
+    if settings.embed_provider != "local":
+        print("memsvc tune: MEMSVC_EMBED_PROVIDER=openai runs no model here; nothing to tune")
+        return 2
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    from memsvc.embedding.model import load_local_embedder
+
+    # Measure every runtime whatever MEMSVC_EMBED_BACKEND says: the record serves `auto`.
+    embedder = load_local_embedder(settings.model_copy(update={"embed_backend": "auto"}), True)
+    tuning = embedder.tuning
+    if tuning is None:  # pragma: no cover - the local embedder always has one
+        return 1
+    if as_json:
+        print(json.dumps(tuning.to_json(), indent=2, sort_keys=True))
+    else:
+        print(describe(tuning, settings.embed_backend))
+    return 0
+
+
+def describe(tuning: Tuning, configured: str) -> str:
+    machine = tuning.machine
+    lines = [
+        f"CPU {machine['cpu']}, {machine['cores']} cores, threads {machine['threads']}",
+        f"{'runtime':<8} " + " ".join(f"{path + ' ms':>11}" for path in PATHS),
+    ]
+    for name, timings in sorted(tuning.timings_ms.items()):
+        lines.append(f"{name:<8} " + " ".join(f"{timings[path]:>11.2f}" for path in PATHS))
+    if tuning.forced:
+        lines.append(f"only {tuning.query} is usable here: nothing to choose")
+    else:
+        lines.append(f"chosen: queries on {tuning.query}, passages on {tuning.passage}")
+    if configured != "auto":
+        lines.append(f"(MEMSVC_EMBED_BACKEND={configured} overrides the choice when serving)")
+    return "\n".join(lines)

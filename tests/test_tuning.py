@@ -1,0 +1,157 @@
+"""Runtimes chosen by measurement on the machine (issue 38): the real torch and ONNX
+backends of the bundled model are timed on the service's shapes; making the chosen one
+slower makes the other win; the record is reused while the machine is the same and
+measured again when anything it depends on changes; `memsvc tune` and status show it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memsvc.embedding.backends import Batch, ModelBackend, model_files_key
+from memsvc.embedding.model import Embedder, bundled_model_path, tokenize
+from memsvc.embedding.providers import load_embedder
+from memsvc.embedding.tuning import (
+    PATHS,
+    load,
+    machine_facts,
+    select_runtimes,
+    tuned,
+    usable_cores,
+)
+from tests.conftest import make_settings
+
+
+class _Slowed:
+    """A real backend made slower: each forward pass also waits `delay_s` (as a runtime
+    starved of threads or cores would)."""
+
+    def __init__(self, real: ModelBackend, delay_s: float) -> None:
+        self.name = real.name
+        self._real = real
+        self._delay_s = delay_s
+
+    def encode(self, batch: Batch) -> np.ndarray:
+        time.sleep(self._delay_s)
+        return self._real.encode(batch)
+
+    def for_queries(self) -> ModelBackend:
+        return self
+
+
+@pytest.fixture(scope="module")
+def runtimes(
+    tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
+) -> dict[str, dict[str, ModelBackend]]:
+    """The real torch and ONNX backends of the bundled model, each path."""
+    loaded = load_embedder(make_settings(tmp_path_factory.mktemp("d"), embed_backend="torch"))
+    assert isinstance(loaded, Embedder) and isinstance(embedder, Embedder)
+    on_onnx = load_embedder(make_settings(tmp_path_factory.mktemp("e"), embed_backend="onnx"))
+    assert isinstance(on_onnx, Embedder)
+    return {
+        name: {"passage": e.backend, "query": e.query_backend}
+        for name, e in (("torch", loaded), ("onnx", on_onnx))
+    }
+
+
+def _tokenize(embedder: Embedder) -> object:
+    return lambda texts: tokenize(embedder._tokenizer, texts, embedder.info.max_tokens)
+
+
+def test_a_slowed_runtime_loses_its_path(
+    tmp_path: Path, embedder: Embedder, runtimes: dict[str, dict[str, ModelBackend]]
+) -> None:
+    machine = machine_facts("k", {"torch": 2, "onnx": 2})
+    record = tmp_path / "tuning.json"
+    first, fresh = tuned(record, machine, runtimes, _tokenize(embedder))  # type: ignore[arg-type]
+    assert fresh and set(first.timings_ms) == {"torch", "onnx"}
+    for path in PATHS:  # the choice is the fastest measured
+        chosen = getattr(first, path)
+        assert first.timings_ms[chosen][path] == min(t[path] for t in first.timings_ms.values())
+    # Each path's winner, made slower than the loser was, loses that path.
+    slowed: dict[str, dict[str, ModelBackend]] = {n: dict(p) for n, p in runtimes.items()}
+    for path in PATHS:
+        winner = getattr(first, path)
+        loser = "onnx" if winner == "torch" else "torch"
+        delay_s = 2 * first.timings_ms[loser][path] / 1000
+        slowed[winner][path] = _Slowed(runtimes[winner][path], delay_s)
+    second, fresh = tuned(record, machine, slowed, _tokenize(embedder), again=True)  # type: ignore[arg-type]
+    assert fresh
+    for path in PATHS:
+        assert getattr(second, path) != getattr(first, path), path
+    assert load(record) == second  # recorded for the next start
+
+
+def test_the_record_holds_while_the_machine_is_the_same(
+    tmp_path: Path, embedder: Embedder, runtimes: dict[str, dict[str, ModelBackend]]
+) -> None:
+    machine = machine_facts("k", {"torch": 2, "onnx": 2})
+    record = tmp_path / "tuning.json"
+    first, _ = tuned(record, machine, runtimes, _tokenize(embedder))  # type: ignore[arg-type]
+    again, fresh = tuned(record, machine, runtimes, _tokenize(embedder))  # type: ignore[arg-type]
+    assert not fresh and again == first
+    # another thread setting (or CPU, cores, library version): measured anew
+    fewer = machine_facts("k", {"torch": 1, "onnx": 2})
+    other, fresh = tuned(record, fewer, runtimes, _tokenize(embedder))  # type: ignore[arg-type]
+    assert fresh and other.machine["threads"] == {"torch": 1, "onnx": 2}
+    # a damaged record is measured again, not trusted
+    record.write_text("{not json")
+    _, fresh = tuned(record, fewer, runtimes, _tokenize(embedder))  # type: ignore[arg-type]
+    assert fresh and load(record) is not None
+
+
+def test_a_forced_backend_runs_both_paths(tmp_path: Path, embedder: Embedder) -> None:
+    from memsvc.embedding.model import _load_flag_model
+
+    model_dir = bundled_model_path()
+    flag = _load_flag_model(str(model_dir), "mean", None, 16)
+    chosen = select_runtimes(
+        "torch",
+        flag.model,
+        "mean",
+        embedder.info.max_tokens,
+        _tokenize(embedder),  # type: ignore[arg-type]
+        tmp_path / model_files_key(model_dir, "m"),
+        {"torch": 2, "onnx": 2},
+    )
+    assert chosen.tuning.forced and chosen.tuning.label() == "torch"
+    assert chosen.passage.name == chosen.query.name == "torch"
+    assert chosen.query is not chosen.passage  # queries never wait behind passage batches
+    assert not (tmp_path / model_files_key(model_dir, "m") / "tuning.json").exists()
+
+
+def test_memsvc_tune_measures_records_and_says_why(tmp_path: Path) -> None:
+    env = {**os.environ, "MEMSVC_ONNX_THREADS": "1", "MEMSVC_EMBED_BACKEND": "torch"}
+    env.pop("MEMSVC_MODEL_CACHE_DIR", None)  # the record goes to this data dir
+    run = subprocess.run(
+        [sys.executable, "-m", "memsvc", "tune", "--data-dir", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    shown = json.loads(run.stdout)
+    [record] = list((tmp_path / "model-cache").glob("*/tuning.json"))
+    assert json.loads(record.read_text()) == shown
+    assert shown["machine"]["threads"] == {"torch": usable_cores(), "onnx": 1}
+    assert shown["machine"]["cpu"] and set(shown["timings_ms"]) == {"torch", "onnx"}
+    assert not shown["forced"]  # MEMSVC_EMBED_BACKEND forces serving, not the measurement
+    table = subprocess.run(
+        [sys.executable, "-m", "memsvc", "tune", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert table.returncode == 0, table.stderr
+    assert f"CPU {shown['machine']['cpu']}" in table.stdout
+    assert "chosen: queries on" in table.stdout
+    assert "MEMSVC_EMBED_BACKEND=torch overrides" in table.stdout
