@@ -241,6 +241,12 @@ class Settings(BaseSettings):
         description="HOST:PORT: also serve every MemoryService RPC over HTTP (Connect"
         " protocol, JSON or binary); empty = off",
     )
+    http_cors_origins: str = Field(
+        "",
+        description="browser origins allowed to call the HTTP surface (comma-separated, e.g."
+        " https://app.example.com; * = any); empty = none: browsers on other origins are"
+        " refused, as without CORS. Calls still need their bearer token; no cookies are used",
+    )
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
 
@@ -267,7 +273,19 @@ class Settings(BaseSettings):
         host, sep, port = self.listen.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"listen must be HOST:PORT, got {self.listen!r}")
+        for origin in self.cors_origins:
+            if origin != "*" and (
+                not origin.startswith(("http://", "https://")) or origin.count("/") != 2
+            ):
+                raise ValueError(
+                    f"http_cors_origins: {origin!r} is not an origin (scheme://host[:port],"
+                    " no path) or *"
+                )
         return self
+
+    @property
+    def cors_origins(self) -> list[str]:
+        return [o.strip().rstrip("/") for o in self.http_cors_origins.split(",") if o.strip()]
 
 
 def package_version() -> str:

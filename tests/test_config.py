@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
+from memsvc.config import Settings
 from memsvc.transports.cli.main import settings_from_args
 
 
@@ -29,3 +31,15 @@ def test_invalid_settings_rejected() -> None:
         settings_from_args(["serve", "--listen", "no-port"])
     with pytest.raises(ValueError):
         settings_from_args(["serve", "--chunk-max-turns", "2", "--chunk-overlap-turns", "2"])
+
+
+def test_cors_origins_are_origins() -> None:
+    assert Settings(
+        http_cors_origins=" https://a.example, http://127.0.0.1:8080/ "
+    ).cors_origins == [
+        "https://a.example",
+        "http://127.0.0.1:8080",
+    ]
+    assert Settings().cors_origins == []
+    with pytest.raises(ValidationError, match=r"http_cors_origins: 'https://a\.example/app'"):
+        Settings(http_cors_origins="https://a.example/app")

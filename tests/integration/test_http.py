@@ -311,3 +311,14 @@ def test_a_malformed_timeout_header_is_a_connect_error(http: Http, value: bytes)
     assert reply.status_code == 400, reply.text
     assert reply.json()["code"] == "invalid_argument"
     assert "connect-timeout-ms" in reply.json()["message"]
+
+
+def test_no_cors_by_default(http: Http) -> None:
+    # MEMSVC_HTTP_CORS_ORIGINS unset: a browser's preflight gets no allowance and responses
+    # name no origin, so pages on other origins cannot call (tests/browser: when set)
+    origin = {"Origin": "https://elsewhere.example", "Access-Control-Request-Method": "POST"}
+    preflight = httpx2.options(f"{http.base}/memsvc.v1.MemoryService/EmbedDb", headers=origin)
+    assert preflight.status_code >= 400
+    assert "access-control-allow-origin" not in preflight.headers
+    reply = http.post("GetIndexStatus", {"conversationIds": ["h1"]}, Origin=origin["Origin"])
+    assert reply.status_code == 200 and "access-control-allow-origin" not in reply.headers

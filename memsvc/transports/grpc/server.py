@@ -344,11 +344,13 @@ def serve(settings: Settings) -> None:
             http_tls(settings),
             gate,
             max_body=settings.max_request_mb * 1024 * 1024,
+            cors_origins=settings.cors_origins,
         ).start()
         log.info(
             "http_listening",
             address=f"{settings.http_listen.rpartition(':')[0]}:{http_server.port}",
             protocol="connect",
+            cors_origins=settings.cors_origins or "none",
         )
     host = settings.listen.rpartition(":")[0]
     log.info(

@@ -25,6 +25,8 @@ from google.protobuf.message import DecodeError, Message
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -151,12 +153,29 @@ async def _read_body(request: Request, max_body: int) -> bytes | None:
     return b"".join(chunks)
 
 
+# What a browser may send and read across origins: Connect's own headers and the token
+# (connectrpc.com/docs/cors); no credentials mode, since tokens travel in a header.
+CORS_ALLOW_HEADERS = [
+    "authorization",
+    "content-type",
+    "connect-protocol-version",
+    "connect-timeout-ms",
+    "x-user-agent",
+]
+CORS_EXPOSE_HEADERS = ["retry-after", "content-length"]
+CORS_MAX_AGE_S = 7200
+
+
 def connect_app(
-    channel: grpc.Channel, gate: Gate | None = None, max_body: int = MAX_REQUEST_BYTES
+    channel: grpc.Channel,
+    gate: Gate | None = None,
+    max_body: int = MAX_REQUEST_BYTES,
+    cors_origins: Sequence[str] = (),
 ) -> Starlette:
     """The Connect endpoints, forwarding to the gRPC server behind `channel`. `gate`, when
     authentication is on, refuses a call from its headers before its body is read (as the
-    gRPC server refuses one before decoding it)."""
+    gRPC server refuses one before decoding it). `cors_origins`: browser origins that may
+    call (preflights answered, headers exposed); none by default."""
     methods = _methods(channel)
 
     async def handle(request: Request) -> Response:
@@ -208,4 +227,20 @@ def connect_app(
             return Response(json_format.MessageToJson(reply), media_type="application/json")
         return Response(reply.SerializeToString(), media_type="application/proto")
 
-    return Starlette(routes=[Route(f"/{SERVICE}/{{method}}", handle, methods=["POST"])])
+    middleware = []
+    if cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(cors_origins),
+                allow_methods=["POST"],
+                allow_headers=CORS_ALLOW_HEADERS,
+                expose_headers=CORS_EXPOSE_HEADERS,
+                allow_credentials=False,
+                max_age=CORS_MAX_AGE_S,
+            )
+        )
+    return Starlette(
+        routes=[Route(f"/{SERVICE}/{{method}}", handle, methods=["POST"])],
+        middleware=middleware,
+    )

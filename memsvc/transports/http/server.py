@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,7 @@ class HttpServer:
         tls: HttpTls | None,
         gate: Gate | None = None,
         max_body: int = MAX_REQUEST_BYTES,
+        cors_origins: Sequence[str] = (),
     ) -> None:
         self.port: int = sock.getsockname()[1]
         self._sock = sock
@@ -60,7 +62,7 @@ class HttpServer:
             ],
         )
         config = uvicorn.Config(
-            connect_app(self._channel, gate, max_body),
+            connect_app(self._channel, gate, max_body, cors_origins),
             log_level="warning",
             access_log=False,
             lifespan="off",
