@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -245,3 +246,35 @@ def test_split_invariance_on_generated_conversations(services: Services) -> None
     convs = [generate(f"gen-{seed}", seed, sessions=4) for seed in (1, 2, 3)]
     assert any(len(e.text) > 1500 for c in convs for e in c)  # some turns get split
     split_invariance(services, convs, seed=7)
+
+
+def test_server_numbered_appends_never_collide(services_on_both: Services) -> None:
+    # assign_turn_ids (MCP agents): concurrent appenders each get the next ids after the
+    # conversation's last turn, on both logs; a timestamp left out is the time of receipt
+    svc = services_on_both
+
+    def append(i: int) -> list[int]:
+        events = [MemoryEvent("auto", 0, "user", f"thought {i}.{k}", "") for k in range(3)]
+        result = svc.ingest.append(events, assign_turn_ids=True)
+        assert result.accepted == 3 and not result.errors
+        return result.turn_ids
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(append, range(8)))
+    assert sorted(t for ids in got for t in ids) == list(range(24))
+    assert all(ids == list(range(ids[0], ids[0] + 3)) for ids in got)  # each call's in order
+    with svc.log.snapshot() as r:
+        stored = r.events("auto", range(24))
+    assert all(e.timestamp.endswith("+00:00") for e in stored.values())
+    # an id given where the server numbers is refused, naming the field
+    with pytest.raises(InvalidArgument, match=r"events\[1\]\.turn_id"):
+        svc.ingest.append(
+            [MemoryEvent("auto", 0, "user", "a", ""), MemoryEvent("auto", 7, "user", "b", "")],
+            assign_turn_ids=True,
+        )
+    # a conversation refused whole reports -1 for its events
+    bad = svc.ingest.append(
+        [MemoryEvent("auto", 0, "user", "ok", ""), MemoryEvent("x", 0, "robot", "no", "")],
+        assign_turn_ids=True,
+    )
+    assert bad.turn_ids == [24, -1] and bad.errors

@@ -105,6 +105,8 @@ class AppendResult:
     duplicates: int
     errors: list[RecordError] = field(default_factory=list)
     truncated: list[Truncation] = field(default_factory=list)
+    # with assign_turn_ids: the turn id each event got, in request order (-1: not written)
+    turn_ids: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 import structlog
 
@@ -15,7 +16,7 @@ from memsvc.domain.errors import FailedPrecondition, InvalidArgument
 from memsvc.domain.limits import MAX_TURN_CHARS
 from memsvc.domain.oversize import Oversize
 from memsvc.domain.records import Conversation, EventRow
-from memsvc.domain.text import clean_text
+from memsvc.domain.text import clean_text, normal_id
 from memsvc.domain.types import (
     REASON_DELETED,
     AppendResult,
@@ -146,14 +147,20 @@ class IngestService:
         allow_gaps: bool = False,
         access: Access = FULL,
         restore: bool = False,
+        assign_turn_ids: bool = False,
     ) -> AppendResult:
         """Durably log events of any number of conversations and record their indexing
         work. A conversation with a bad event is rejected whole (its events are listed in
         `errors`; a re-sent deleted turn with reason `deleted`, unless `restore`, admin
-        only, brings it back); the others are written."""
+        only, brings it back); the others are written. `assign_turn_ids`: the server numbers
+        each conversation's events after its last turn, in the order sent, inside the
+        transaction that holds the conversation's row (concurrent appenders never collide),
+        and stamps events without a timestamp with the time of receipt."""
         if restore:
             access.need_admin("restoring deleted turns", "restore")
         validation.event_count(events)
+        if assign_turn_ids:
+            events = _provisional_ids(events)
         events, truncated = self._fit(events)
         by_conv: dict[str, list[tuple[int, MemoryEvent]]] = {}
         errors: list[RecordError] = []
@@ -174,6 +181,7 @@ class IngestService:
                 continue
             good[conv] = self._event_rows(normal)
         accepted = duplicates = 0
+        numbered: dict[str, int] = {}  # conversation -> the turn id its first event got
         with self.log.transaction() as tx:
             # Rows are locked in id order: two appends naming the same conversations never
             # wait on each other in a cycle (a database that locks rows).
@@ -181,6 +189,9 @@ class IngestService:
                 try:
                     with tx.savepoint():
                         tx.open_conversation(conv, self.default_version)
+                        if assign_turn_ids:
+                            rows = _numbered(tx, conv, rows)
+                            numbered[conv] = rows[0].turn_id
                         changed = _changed_events(tx, conv, rows, allow_gaps, restore)
                         if changed:
                             tx.put_events(changed, tx.record_change(conv, turns=len(changed)))
@@ -193,8 +204,17 @@ class IngestService:
                 accepted += len(changed)
                 duplicates += len(rows) - len(changed)
         refused = {e.chunk_id for e in errors}
+        turn_ids = []
+        if assign_turn_ids:  # events[i] carries its provisional id: its place in its conversation
+            for e in events:
+                first = numbered.get(normal_id(e.conversation_id))
+                turn_ids.append(-1 if first is None else first + e.turn_id)
         return AppendResult(
-            accepted, duplicates, errors, [t for t in truncated if t.event not in refused]
+            accepted,
+            duplicates,
+            errors,
+            [t for t in truncated if t.event not in refused],
+            turn_ids,
         )
 
     def _event_rows(self, events: Sequence[MemoryEvent]) -> list[EventRow]:
@@ -314,6 +334,33 @@ def _build_version(tx: LogWriter, row: Conversation, requested: int) -> int:
     tx.start_building(row.conversation_id, requested)
     tx.record_change(row.conversation_id, reconcile=bool(row.building_version))
     return requested
+
+
+def _provisional_ids(events: Sequence[MemoryEvent]) -> list[MemoryEvent]:
+    """Events to be numbered by the server: each must come without a turn id (0), and gets
+    its place among its conversation's events in this call (the transaction adds the base);
+    one without a timestamp gets the time of receipt."""
+    received = datetime.now(UTC).isoformat(timespec="milliseconds")
+    places: dict[str, int] = {}
+    out = []
+    for i, e in enumerate(events):
+        if e.turn_id != 0:
+            raise InvalidArgument(
+                f"events[{i}].turn_id", "must be unset (0) with assign_turn_ids: the server numbers"
+            )
+        key = normal_id(e.conversation_id)
+        place = places.get(key, 0)
+        places[key] = place + 1
+        out.append(replace(e, turn_id=place, timestamp=e.timestamp or received))
+    return out
+
+
+def _numbered(tx: LogWriter, conv: str, rows: list[EventRow]) -> list[EventRow]:
+    """`rows` (numbered 0.. in the order sent) moved after the conversation's last turn,
+    deleted and purged turns included: an id once used is never given again."""
+    _, hi, count = tx.turn_stats(conv)
+    base = hi + 1 if count else 0
+    return [replace(r, turn_id=base + r.turn_id) for r in rows]
 
 
 def _changed_events(

@@ -362,26 +362,30 @@ class PurgeDeletedResponse(_message.Message):
     def __init__(self, chunks_purged: _Optional[int] = ..., events_purged: _Optional[int] = ...) -> None: ...
 
 class AppendEventsRequest(_message.Message):
-    __slots__ = ("events", "allow_gaps", "restore")
+    __slots__ = ("events", "allow_gaps", "restore", "assign_turn_ids")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_GAPS_FIELD_NUMBER: _ClassVar[int]
     RESTORE_FIELD_NUMBER: _ClassVar[int]
+    ASSIGN_TURN_IDS_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[MemoryEvent]
     allow_gaps: bool
     restore: bool
-    def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., allow_gaps: _Optional[bool] = ..., restore: _Optional[bool] = ...) -> None: ...
+    assign_turn_ids: bool
+    def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., allow_gaps: _Optional[bool] = ..., restore: _Optional[bool] = ..., assign_turn_ids: _Optional[bool] = ...) -> None: ...
 
 class AppendEventsResponse(_message.Message):
-    __slots__ = ("accepted", "duplicates", "errors", "truncated")
+    __slots__ = ("accepted", "duplicates", "errors", "truncated", "turn_ids")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     DUPLICATES_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    TURN_IDS_FIELD_NUMBER: _ClassVar[int]
     accepted: int
     duplicates: int
     errors: _containers.RepeatedCompositeFieldContainer[RecordError]
     truncated: _containers.RepeatedCompositeFieldContainer[Truncation]
-    def __init__(self, accepted: _Optional[int] = ..., duplicates: _Optional[int] = ..., errors: _Optional[_Iterable[_Union[RecordError, _Mapping]]] = ..., truncated: _Optional[_Iterable[_Union[Truncation, _Mapping]]] = ...) -> None: ...
+    turn_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, accepted: _Optional[int] = ..., duplicates: _Optional[int] = ..., errors: _Optional[_Iterable[_Union[RecordError, _Mapping]]] = ..., truncated: _Optional[_Iterable[_Union[Truncation, _Mapping]]] = ..., turn_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class IndexStatus(_message.Message):
     __slots__ = ("conversation_id", "last_appended_turn", "last_indexed_turn", "backlog", "state", "last_error", "attempts", "chunk_version", "reindexing")

@@ -71,16 +71,25 @@ def readme_host_config() -> dict[str, Any]:
 
 
 def stdio(target: str, token: str) -> Client:
-    """Started as the README's host configuration says (the console script run as
-    `python -m memsvc`, the target and token filled in)."""
-    entry = readme_host_config()
-    assert entry["command"] == "memsvc" and set(entry["env"]) == {"MEMSVC_TOKEN"}
-    args = [target if a == "127.0.0.1:50051" else a for a in entry["args"]]
+    """Started as an agent host does from `memsvc mcp --print-config` (the README's
+    entry): its command and arguments exactly, without the venv on PATH."""
+    printed = subprocess.run(
+        [sys.executable, "-m", "memsvc", "mcp", "--print-config", "--target", target],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    entry = json.loads(printed.stdout)["mcpServers"]["memory"]
+    readme = readme_host_config()
+    assert set(entry) | {"env"} == set(readme) and set(readme["env"]) == {"MEMSVC_TOKEN"}
+    assert entry["args"] == [target if a == "127.0.0.1:50051" else a for a in readme["args"]]
+    assert Path(entry["command"]).is_absolute() and readme["command"].endswith("/.venv/bin/python")
     return Client(
         StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "memsvc", *args],
-            env={**mcp_env(), "MEMSVC_TOKEN": token},
+            command=entry["command"],
+            args=entry["args"],
+            env={"PATH": "/usr/bin:/bin", "MEMSVC_TOKEN": token},
         )
     )
 
@@ -139,6 +148,7 @@ async def flow(writer: Client, reader: Client, conversation: str) -> None:
         assert added.structured_content == {
             "accepted": 2,
             "duplicates": 0,
+            "turn_ids": [0, 1],
             "indexed": True,
             "backlog": 0,
         }
@@ -182,6 +192,60 @@ async def flow(writer: Client, reader: Client, conversation: str) -> None:
             "hits": [],
             "standing": [],
         }
+
+
+async def agent_flow(writer: Client, conversation: str) -> None:
+    """What agents do: send turns without ids or timestamps, then more; memsvc numbers them
+    after the last turn and stamps the time of receipt; the errors name only what the tool
+    has (issue 40)."""
+    async with writer:
+        said = [
+            {"speaker": "user", "text": "Please always answer me in French from now on."},
+            {"speaker": "assistant", "text": "D'accord, je répondrai en français."},
+        ]
+        first = await writer.call_tool(
+            "add_turns", {"conversation_id": conversation, "turns": said, "wait": True}
+        )
+        assert not first.is_error, text_of(first)
+        assert first.structured_content is not None
+        assert first.structured_content["turn_ids"] == [0, 1]
+        assert first.structured_content["indexed"] is True
+        assert "as turn(s) 0-1" in text_of(first)
+        more = [{"speaker": "user", "text": "What did I ask about the language?"}]
+        second = await writer.call_tool(
+            "add_turns", {"conversation_id": conversation, "turns": more}
+        )
+        assert second.structured_content is not None
+        assert second.structured_content["turn_ids"] == [2]
+        mixed = await writer.call_tool(
+            "add_turns",
+            {"conversation_id": conversation, "turns": [dict(more[0], turn_id=3), more[0]]},
+        )
+        assert mixed.is_error and "give every turn an id, or none" in text_of(mixed)
+        gap = dict(more[0], turn_id=9, timestamp="2026-03-02T09:00:00+01:00")
+        refused = await writer.call_tool(
+            "add_turns", {"conversation_id": conversation, "turns": [gap]}
+        )
+        assert refused.is_error and "omit turn_id" in text_of(refused), text_of(refused)
+        assert "allow_gaps" not in text_of(refused)
+        await writer.call_tool(
+            "delete_turns", {"conversation_id": conversation, "turn_start": 2, "turn_end": 2}
+        )
+        again = dict(more[0], turn_id=2, timestamp="2026-03-02T09:00:00+01:00")
+        deleted = await writer.call_tool(
+            "add_turns", {"conversation_id": conversation, "turns": [again]}
+        )
+        assert deleted.is_error and "stay deleted" in text_of(deleted), text_of(deleted)
+        assert "restore" not in text_of(deleted) and "Omit turn_id" in text_of(deleted)
+        after = await writer.call_tool(
+            "add_turns", {"conversation_id": conversation, "turns": more}
+        )
+        assert after.structured_content is not None
+        assert after.structured_content["turn_ids"] == [3]  # a deleted id is never reused
+
+
+def test_agents_add_turns_without_ids_or_times(target: str) -> None:
+    asyncio.run(agent_flow(stdio(target, TOKENS[Role.WRITER]), "mcp-agent"))
 
 
 def test_mcp_over_stdio(target: str) -> None:

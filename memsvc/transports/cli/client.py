@@ -172,6 +172,12 @@ def add_client_commands(sub: Any) -> None:
         help="serve a non-loopback --listen in front of a memsvc that requires no token"
         " (env MEMSVC_ALLOW_INSECURE)",
     )
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the mcpServers entry an agent host needs to start this command (with"
+        " this interpreter's absolute path, so it works outside an activated venv) and exit",
+    )
     p.set_defaults(run=None)
 
 
@@ -184,6 +190,11 @@ def run_mcp(args: argparse.Namespace) -> int:
         serve_stdio,
     )
 
+    if args.print_config:
+        from memsvc.transports.mcp.serve import host_config
+
+        print(json.dumps(host_config(args.target, args.ca_file, args.token), indent=2))
+        return 0
     gateway = MemoryGateway(Target(args.target, args.ca_file))
     try:
         if not args.listen:

@@ -325,6 +325,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             request.allow_gaps,
             current_access(),
             restore=request.restore,
+            assign_turn_ids=request.assign_turn_ids,
         )
         if result.accepted:
             core.worker.notify()
@@ -333,6 +334,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             duplicates=result.duplicates,
             errors=errors_to_pb(result.errors),
             truncated=truncations_to_pb(result.truncated),
+            turn_ids=result.turn_ids,
         )
 
     @rpc(lambda r: {"conversations": len(r.conversations), "backlog": r.total_backlog})

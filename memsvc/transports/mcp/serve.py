@@ -16,8 +16,11 @@ that requires no token is refused (it would serve anyone), unless `--allow-insec
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio.to_thread
@@ -189,3 +192,16 @@ def serve_http(gateway: MemoryGateway, listen: HttpListen) -> None:
         ssl_keyfile=listen.tls_key_file or None,
     )
     uvicorn.Server(config).run()
+
+
+def host_config(target: str, ca_file: str, token: str) -> dict[str, Any]:
+    """The `mcpServers` entry that starts `memsvc mcp` over stdio. The command is this
+    interpreter's absolute path: an agent host spawns it without the venv on its PATH
+    (a bare `memsvc` fails there with ENOENT)."""
+    args = ["-m", "memsvc", "mcp", "--target", target]
+    if ca_file:
+        args += ["--ca-file", str(Path(ca_file).resolve())]
+    entry: dict[str, Any] = {"command": sys.executable, "args": args}
+    if token:
+        entry["env"] = {"MEMSVC_TOKEN": token}
+    return {"mcpServers": {"memory": entry}}

@@ -26,8 +26,9 @@ TokenOf = Callable[[Mapping[str, str] | None], str]
 
 INSTRUCTIONS = """\
 Long-term memory of conversations (user and assistant turns), searchable by meaning and by
-keywords. Store turns with add_turns (turn ids count up from 0 in each conversation; pass
-wait=true when you will search for them right away), find evidence with search_memory,
+keywords. Store turns with add_turns (leave turn_id and timestamp out and memsvc numbers
+and stamps them; pass wait=true when you will search for them right away), find evidence
+with search_memory,
 forget turns with delete_turns, and check indexing with memory_status."""
 
 MODES = {
@@ -46,14 +47,18 @@ WAIT_TIMEOUT_MS = 60_000
 
 # -- inputs ----------------------------------------------------------------------------------
 class Turn(BaseModel):
-    turn_id: int = Field(
-        description="Position in the conversation, from 0, with no gaps (re-sending an "
-        "existing turn_id with new text edits it)."
+    turn_id: int | None = Field(
+        None,
+        description="Optional. Omit it (in every turn of the call) and memsvc appends the "
+        "turns after the conversation's last one, returning their ids. Give it to edit a "
+        "stored turn (its id with new text) or to keep your own numbering (from 0, no gaps).",
     )
     speaker: str = Field(description='Who spoke: "user", "assistant" or "system".')
     text: str = Field(description="What was said.")
-    timestamp: str = Field(
-        description='When, RFC 3339 with a UTC offset, e.g. "2026-02-02T10:15:30+08:00".'
+    timestamp: str | None = Field(
+        None,
+        description='Optional: when, RFC 3339 with a UTC offset, e.g. "2026-02-02T10:15:30'
+        '+08:00". Omitted = the time memsvc receives the turn.',
     )
     speaker_name: str | None = Field(None, description='Display name, e.g. "Caroline".')
     participants: list[str] | None = Field(
@@ -71,6 +76,7 @@ class TurnError(BaseModel):
 class AddTurnsResult(BaseModel):
     accepted: int = Field(description="New or edited turns written to the durable log.")
     duplicates: int = Field(description="Identical re-sends: nothing changed.")
+    turn_ids: list[int] = Field(description="The turn id of each turn sent, in order.")
     indexed: bool | None = Field(
         description="With wait: whether the last turn is searchable now; else null."
     )
@@ -185,19 +191,33 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
     ) -> Annotated[CallToolResult, AddTurnsResult]:
         if not turns:
             raise ToolError("INVALID_ARGUMENT: turns: at least one turn")
+        numbered = [t.turn_id is not None for t in turns]
+        if any(numbered) and not all(numbered):
+            raise ToolError(
+                "INVALID_ARGUMENT: turns[].turn_id: give every turn an id, or none (memsvc"
+                " then numbers them after the conversation's last turn)"
+            )
+        assign = not any(numbered)
+        if not assign and any(t.timestamp is None for t in turns):
+            first = next(i for i, t in enumerate(turns) if t.timestamp is None)
+            raise ToolError(
+                f"INVALID_ARGUMENT: turns[{first}].timestamp: required with turn ids"
+                " (omit the ids too and memsvc stamps the time of receipt)"
+            )
         request = pb.AppendEventsRequest(
             events=[
                 pb.MemoryEvent(
                     conversation_id=conversation_id,
-                    turn_id=t.turn_id,
+                    turn_id=t.turn_id or 0,
                     speaker=t.speaker,
                     text=t.text,
-                    timestamp=t.timestamp,
+                    timestamp=t.timestamp or "",
                     speaker_name=t.speaker_name or "",
                     participants=t.participants or [],
                 )
                 for t in turns
-            ]
+            ],
+            assign_turn_ids=assign,
         )
         bearer = token(ctx)
         renames = {"events[0].conversation_id": "conversation_id", "events": "turns"}
@@ -206,15 +226,21 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
         )
         if reply.errors:  # a conversation with a bad turn is refused whole
             # the server names request fields (events[i]...); this caller sent turns[i]
-            problems = "; ".join(e.message.replace("events[", "turns[") for e in reply.errors[:20])
+            problems = "; ".join(_tool_words(e.message) for e in reply.errors[:20])
             raise ToolError(f"INVALID_ARGUMENT: nothing was written. {problems}")
+        ids = list(reply.turn_ids) if assign else [t.turn_id or 0 for t in turns]
         value = AddTurnsResult(
-            accepted=reply.accepted, duplicates=reply.duplicates, indexed=None, backlog=None
+            accepted=reply.accepted,
+            duplicates=reply.duplicates,
+            turn_ids=ids,
+            indexed=None,
+            backlog=None,
         )
         text = f"Stored {reply.accepted} turn(s) of {conversation_id}"
+        text += f" as turn(s) {_spans(ids)}" if assign else ""
         text += f" ({reply.duplicates} already stored)." if reply.duplicates else "."
         if wait:
-            last = max(t.turn_id for t in turns)
+            last = max(ids)
             waited = await _off_loop(
                 gateway.call,
                 lambda s: s.WaitForIndexed,
@@ -415,3 +441,20 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
         return _result("\n".join(lines), value)
 
     return server
+
+
+def _tool_words(message: str) -> str:
+    """A server message in this tool's words: its turns[i], and only options it has."""
+    message = message.replace("events[", "turns[")
+    message = message.replace(
+        "send the missing turns or set allow_gaps",
+        "send the missing turns, or omit turn_id so that memsvc numbers the turns",
+    )
+    restore = message.find(" To bring them back from an export")
+    if restore >= 0:  # restoring is an operator's act (memsvc append --restore), not a tool's
+        message = message[:restore] + " Omit turn_id to add new turns after the last one."
+    return message
+
+
+def _spans(ids: list[int]) -> str:
+    return f"{ids[0]}" if len(ids) == 1 else f"{min(ids)}-{max(ids)}"
