@@ -84,6 +84,8 @@ lint: $(VENV)/.dev
 proto: $(VENV)/.dev
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --grpc_python_out=. --pyi_out=. \
 		proto/memsvc/v1/memory.proto
+	# the HTTP surface's OpenAPI description, from the same proto and its comments
+	$(PY) -m memsvc.transports.http.openapi proto/memsvc/v1/memory.proto proto > memsvc/v1/openapi.json
 	# the same stubs for clients/python (memsvc-client), importable without the server
 	for f in memory_pb2.py memory_pb2.pyi memory_pb2_grpc.py; do \
 		sed 's/^from memsvc\.v1 import/from memsvc_client.v1 import/' memsvc/v1/$$f \

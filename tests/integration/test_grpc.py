@@ -332,3 +332,9 @@ def test_generated_stubs_match_proto(tmp_path: Path) -> None:
         client = fresh.replace("\nfrom memsvc.v1 import", "\nfrom memsvc_client.v1 import")
         shipped = (root / "clients/python/memsvc_client/v1" / name).read_text()
         assert client == shipped, f"clients/python's {name} is stale: run make proto"
+    # the HTTP surface's OpenAPI description, generated from the same proto and comments
+    from memsvc.transports.http.openapi import generate
+
+    fresh_openapi = generate(root / "proto/memsvc/v1/memory.proto", root / "proto")
+    stale = "memsvc/v1/openapi.json is stale: run make proto"
+    assert fresh_openapi == (root / "memsvc/v1/openapi.json").read_text(), stale

@@ -16,6 +16,7 @@ import base64
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import anyio.to_thread
@@ -233,14 +234,23 @@ def connect_app(
             Middleware(
                 CORSMiddleware,
                 allow_origins=list(cors_origins),
-                allow_methods=["POST"],
+                allow_methods=["GET", "POST"],
                 allow_headers=CORS_ALLOW_HEADERS,
                 expose_headers=CORS_EXPOSE_HEADERS,
                 allow_credentials=False,
                 max_age=CORS_MAX_AGE_S,
             )
         )
+    description = (resources.files("memsvc.v1") / "openapi.json").read_bytes()
+
+    async def openapi(_: Request) -> Response:
+        """The OpenAPI 3.1 description, generated from the proto (make proto)."""
+        return Response(description, media_type="application/json")
+
     return Starlette(
-        routes=[Route(f"/{SERVICE}/{{method}}", handle, methods=["POST"])],
+        routes=[
+            Route(f"/{SERVICE}/{{method}}", handle, methods=["POST"]),
+            Route("/openapi.json", openapi, methods=["GET"]),
+        ],
         middleware=middleware,
     )
