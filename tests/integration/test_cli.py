@@ -158,6 +158,7 @@ def test_export_is_a_backup_that_append_takes_back(target: str, tmp_path: Path) 
     backup = tmp_path / "backup.jsonl"
     done = cli(target, "export", "--conversation", "exp", "--output", str(backup))
     assert done.returncode == 0 and "exported 9 events" in done.stderr, done.stderr
+    assert backup.stat().st_mode & 0o777 == 0o600  # personal data: the owner's alone
     exported = [json.loads(line) for line in backup.read_text().splitlines()]
     assert [e["turn_id"] for e in exported] == [0, 1, 2, 3, 5, 6, 7, 8, 9]
     assert exported[0] == dict(events[0], conversation_id="exp")  # as appended
@@ -182,3 +183,35 @@ def test_export_is_a_backup_that_append_takes_back(target: str, tmp_path: Path) 
     finally:
         fresh.terminate()
         fresh.wait(timeout=60)
+
+
+def test_export_into_a_closed_pipe_stops_quietly(target: str, tmp_path: Path) -> None:
+    # `memsvc export | head`: the reader goes away; no "Broken pipe" traceback (issue 40)
+    source = tmp_path / "pipe.jsonl"
+    events = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    source.write_text("".join(json.dumps(dict(e, conversation_id="pipe")) + "\n" for e in events))
+    assert cli(target, "append", str(source)).returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memsvc", "export", "--conversation", "pipe", "--target", target],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) in (0, 141), stderr
+    assert "Broken pipe" not in stderr and "Traceback" not in stderr, stderr
+
+
+def test_append_wait_says_at_once_that_indexing_is_paused(target: str, tmp_path: Path) -> None:
+    source = tmp_path / "paused.jsonl"
+    events = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    source.write_text("".join(json.dumps(dict(e, conversation_id="held")) + "\n" for e in events))
+    assert cli(target, "pause").returncode == 0
+    try:
+        done = cli(target, "append", str(source), "--wait")
+        assert done.returncode == 1
+        assert "accepted 10, duplicates 0, errors 1" in done.stdout
+        assert "indexing is paused (memsvc resume starts it)" in done.stderr, done.stderr
+    finally:
+        assert cli(target, "resume").returncode == 0

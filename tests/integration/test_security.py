@@ -182,6 +182,16 @@ def test_tls_and_mutual_tls(services: Services, tmp_path: Path) -> None:
         try:
             with grpc.insecure_channel(target) as plain, pytest.raises(grpc.RpcError):
                 pb_grpc.MemoryServiceStub(plain).EmbedChunk(request, timeout=5)
+            if not mutual:  # the CLI without --ca-file says what is likely wrong (issue 40)
+                plain_cli = subprocess.run(
+                    [sys.executable, "-m", "memsvc", "status", "--target", target],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    env={**os.environ, "MEMSVC_CA_FILE": ""},
+                )
+                assert plain_cli.returncode == 1
+                assert "serving TLS? then pass --ca-file" in plain_cli.stderr, plain_cli.stderr
             anonymous = grpc.ssl_channel_credentials(root_certificates=ca.cert.read_bytes())
             with grpc.secure_channel(target, anonymous) as channel:
                 stub = pb_grpc.MemoryServiceStub(channel)

@@ -234,8 +234,16 @@ def run_client(args: argparse.Namespace) -> int:
             code: int = args.run(stub, args)
             return code
     except grpc.RpcError as exc:
-        err.print(f"memsvc: {exc.code().name}: {exc.details()}", markup=False, highlight=False)
+        message = f"memsvc: {exc.code().name}: {exc.details()}"
+        if exc.code() == grpc.StatusCode.UNAVAILABLE and not args.ca_file:
+            # a TLS server answers a plaintext client only by closing the connection
+            message += f" (is {args.target} serving TLS? then pass --ca-file or set MEMSVC_CA_FILE)"
+        err.print(message, markup=False, highlight=False, soft_wrap=True)
         return 1
+    except BrokenPipeError:
+        # the reader went away (`memsvc export | head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (OSError, ValueError) as exc:
         err.print(f"memsvc: {exc}", markup=False, highlight=False)
         return 2
@@ -438,7 +446,19 @@ def cmd_append(stub: _Stub, args: argparse.Namespace) -> int:
             bars.advance(task, len(batch))
         if args.wait:
             written = [e for e in parsed.events if (e.conversation_id, e.turn_id) not in refused]
-            if written and not _wait_indexed(stub, written, bars, args.wait_timeout):
+            paused = (
+                written
+                and stub.GetIndexStatus(
+                    pb.GetIndexStatusRequest(conversation_ids=[written[0].conversation_id]),
+                    timeout=60,
+                ).paused
+            )
+            if paused:  # nothing would be indexed: say so now, not after the time-out
+                problems.append(
+                    "indexing is paused (memsvc resume starts it): the turns are stored, and"
+                    " not searchable until then; not waiting"
+                )
+            elif written and not _wait_indexed(stub, written, bars, args.wait_timeout):
                 problems.append(
                     f"not all accepted turns were searchable within {args.wait_timeout:g} s"
                     " (memsvc status shows the backlog)"
@@ -599,7 +619,14 @@ def cmd_export(stub: _Stub, args: argparse.Namespace) -> int:
         sink: TextIO = (
             sys.stdout
             if args.output == "-"
-            else files.enter_context(open(args.output, "w", encoding="utf-8"))
+            # conversations are personal data: the file is the owner's alone (0600)
+            else files.enter_context(
+                open(
+                    os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+                    "w",
+                    encoding="utf-8",
+                )
+            )
         )
         count, token = 0, ""
         while True:
