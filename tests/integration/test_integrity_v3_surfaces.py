@@ -302,9 +302,10 @@ def test_a_full_disk_is_disk_full_and_writes_resume_by_themselves(small_disk: Pa
                 assert time.monotonic() < deadline, "writes did not resume"
                 time.sleep(0.2)
             assert stub.AppendEvents(pb.AppendEventsRequest(events=big), timeout=60).accepted == 6
+            # 600 KB of long turns (parts of 256 tokens each): minutes on a loaded 2-core box
             waited = stub.WaitForIndexed(
-                pb.WaitForIndexedRequest(conversation_id="df", turn_id=11, timeout_ms=120_000),
-                timeout=130,
+                pb.WaitForIndexedRequest(conversation_id="df", turn_id=11, timeout_ms=300_000),
+                timeout=310,
             )
             assert waited.indexed, waited.status
     finally:
