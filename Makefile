@@ -109,7 +109,7 @@ proto-check: clients/node_modules/.installed
 CLIENT_VENV := clients/python/.venv
 $(CLIENT_VENV)/.installed: clients/python/pyproject.toml
 	test -x $(CLIENT_VENV)/bin/python || $(PYTHON) -m venv $(CLIENT_VENV)
-	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check ./clients/python
+	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check "./clients/python[langchain]"
 	touch $@
 
 test-clients: $(VENV)/.dev clients/node_modules/.installed $(CLIENT_VENV)/.installed

@@ -1,5 +1,7 @@
 """memsvc's Python client: `MemoryClient` (a thin typed wrapper with the token, TLS and
-retries) and the generated stubs in `memsvc_client.v1` for everything else.
+retries), `AsyncMemoryClient` (the same over grpc.aio), the generated stubs in
+`memsvc_client.v1` for everything else, and framework adapters in
+`memsvc_client.integrations` (optional extras).
 
     from memsvc_client import MemoryClient, pb
 
@@ -8,7 +10,8 @@ retries) and the generated stubs in `memsvc_client.v1` for everything else.
         hits = memory.search("what is the dog called?", conversation_ids=["c1"])
 """
 
+from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemoryClient, MemsvcError
 from memsvc_client.v1 import memory_pb2 as pb
 
-__all__ = ["MemoryClient", "MemsvcError", "pb"]
+__all__ = ["AsyncMemoryClient", "MemoryClient", "MemsvcError", "pb"]

@@ -44,6 +44,59 @@ def _retry_config(attempts: int) -> str:
     )
 
 
+def channel_options(attempts: int) -> list[tuple[str, Any]]:
+    return [
+        ("grpc.enable_retries", 1),
+        ("grpc.service_config", _retry_config(attempts)),
+        ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ]
+
+
+def credentials(ca_file: str | None) -> grpc.ChannelCredentials | None:
+    """TLS credentials trusting `ca_file`; None: plaintext."""
+    if not ca_file:
+        return None
+    with open(ca_file, "rb") as f:
+        return grpc.ssl_channel_credentials(root_certificates=f.read())
+
+
+def bearer(token: str | None) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {token}")] if token else []
+
+
+def last_turns(events: Iterable[pb.MemoryEvent], turn_ids: Sequence[int] = ()) -> dict[str, int]:
+    """The last turn of each conversation among `events` (or their assigned `turn_ids`)."""
+    last: dict[str, int] = {}
+    events = list(events)
+    ids = list(turn_ids) or [e.turn_id for e in events]
+    for e, turn_id in zip(events, ids, strict=True):
+        last[e.conversation_id] = max(last.get(e.conversation_id, -1), turn_id)
+    return last
+
+
+def search_request(
+    query: str,
+    conversation_ids: Sequence[str],
+    top_k: int,
+    mode: str | None,
+    speakers: Sequence[str],
+) -> pb.EmbedDbRequest:
+    return pb.EmbedDbRequest(
+        query_text=query,
+        top_k=top_k,
+        mode=MODES[mode] if mode else pb.SEARCH_MODE_UNSPECIFIED,
+        filters=pb.SearchFilters(conversation_ids=list(conversation_ids), speakers=list(speakers)),
+    )
+
+
+def wait_request(conversation_id: str, turn_id: int, timeout_s: float) -> pb.WaitForIndexedRequest:
+    return pb.WaitForIndexedRequest(
+        conversation_id=conversation_id,
+        turn_id=turn_id,
+        timeout_ms=int(min(timeout_s, 300) * 1000),
+    )
+
+
 class MemsvcError(Exception):
     """A failed call: the status code, memsvc's stable reason, each bad field, and how long
     to wait before retrying (None: not a transient failure)."""
@@ -86,19 +139,14 @@ class MemoryClient:
         attempts: int = 3,
         timeout_s: float = 60.0,
     ) -> None:
-        options = [
-            ("grpc.enable_retries", 1),
-            ("grpc.service_config", _retry_config(attempts)),
-            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-        ]
-        if ca_file:
-            with open(ca_file, "rb") as f:
-                creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        options = channel_options(attempts)
+        creds = credentials(ca_file)
+        if creds is not None:
             self.channel = grpc.secure_channel(target, creds, options=options)
         else:
             self.channel = grpc.insecure_channel(target, options=options)
         self.stub = pb_grpc.MemoryServiceStub(self.channel)  # type: ignore[no-untyped-call]
-        self.metadata = [("authorization", f"Bearer {token}")] if token else []
+        self.metadata = bearer(token)
         self.timeout_s = timeout_s
 
     def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
@@ -111,19 +159,22 @@ class MemoryClient:
             raise MemsvcError(exc) from None
 
     def append(
-        self, events: Iterable[pb.MemoryEvent], *, wait: bool = False, wait_timeout_s: float = 120
+        self,
+        events: Iterable[pb.MemoryEvent],
+        *,
+        wait: bool = False,
+        wait_timeout_s: float = 120,
+        assign_turn_ids: bool = False,
     ) -> pb.AppendEventsResponse:
         """Log the events durably; with `wait`, return once the last turn of each
-        conversation is searchable (MemsvcError DEADLINE_EXCEEDED if not in time)."""
+        conversation is searchable (MemsvcError DEADLINE_EXCEEDED if not in time).
+        `assign_turn_ids`: the server numbers the events after each conversation's last
+        turn (their turn_id unset) and returns the ids in `turn_ids`."""
         events = list(events)
-        reply: pb.AppendEventsResponse = self.call(
-            "AppendEvents", pb.AppendEventsRequest(events=events)
-        )
+        request = pb.AppendEventsRequest(events=events, assign_turn_ids=assign_turn_ids)
+        reply: pb.AppendEventsResponse = self.call("AppendEvents", request)
         if wait and not reply.errors:
-            last: dict[str, int] = {}
-            for e in events:
-                last[e.conversation_id] = max(last.get(e.conversation_id, -1), e.turn_id)
-            for conversation_id, turn_id in last.items():
+            for conversation_id, turn_id in last_turns(events, reply.turn_ids).items():
                 self.wait_for_indexed(conversation_id, turn_id, wait_timeout_s)
         return reply
 
@@ -132,14 +183,24 @@ class MemoryClient:
     ) -> pb.WaitForIndexedResponse:
         reply: pb.WaitForIndexedResponse = self.call(
             "WaitForIndexed",
-            pb.WaitForIndexedRequest(
-                conversation_id=conversation_id,
-                turn_id=turn_id,
-                timeout_ms=int(min(timeout_s, 300) * 1000),
-            ),
+            wait_request(conversation_id, turn_id, timeout_s),
             timeout_s=min(timeout_s, 300) + 10,
         )
         return reply
+
+    def export(self, conversation_id: str) -> list[pb.MemoryEvent]:
+        """The conversation's live events as appended, in turn order (every page)."""
+        events: list[pb.MemoryEvent] = []
+        token = ""
+        while True:
+            reply = self.call(
+                "ExportEvents",
+                pb.ExportEventsRequest(conversation_id=conversation_id, page_token=token),
+            )
+            events += reply.events
+            token = reply.next_page_token
+            if not token:
+                return events
 
     def search(
         self,
@@ -150,17 +211,8 @@ class MemoryClient:
         mode: str | None = None,
         speakers: Sequence[str] = (),
     ) -> list[pb.Hit]:
-        reply: pb.EmbedDbResponse = self.call(
-            "EmbedDb",
-            pb.EmbedDbRequest(
-                query_text=query,
-                top_k=top_k,
-                mode=MODES[mode] if mode else pb.SEARCH_MODE_UNSPECIFIED,
-                filters=pb.SearchFilters(
-                    conversation_ids=list(conversation_ids), speakers=list(speakers)
-                ),
-            ),
-        )
+        request = search_request(query, conversation_ids, top_k, mode, speakers)
+        reply: pb.EmbedDbResponse = self.call("EmbedDb", request)
         return list(reply.hits)
 
     def delete(

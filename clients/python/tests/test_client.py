@@ -37,7 +37,9 @@ def turn(conversation: str, turn_id: int, text: str) -> pb.MemoryEvent:
     )
 
 
-class MemoryClientTest(unittest.TestCase):
+class ServerTestCase(unittest.TestCase):
+    """A real memsvc (the server's venv) with writer and reader tokens, for the class."""
+
     server: subprocess.Popen[bytes]
     target: str
     tmp: tempfile.TemporaryDirectory[str]
@@ -82,6 +84,8 @@ class MemoryClientTest(unittest.TestCase):
         cls.server.wait(timeout=60)
         cls.tmp.cleanup()
 
+
+class MemoryClientTest(ServerTestCase):
     def test_installs_without_torch_or_the_server(self) -> None:
         self.assertIsNone(importlib.util.find_spec("torch"))
         self.assertIsNone(importlib.util.find_spec("memsvc"))

@@ -1,0 +1,141 @@
+"""The asyncio client (grpc.aio): `AsyncMemoryClient`, the same calls, errors, retries, token
+and TLS as `MemoryClient`, for frameworks that run on an event loop.
+
+    async with AsyncMemoryClient("127.0.0.1:50051", token=...) as memory:
+        await memory.append([pb.MemoryEvent(...)], wait=True)
+        hits = await memory.search("what is the dog called?", conversation_ids=["c1"])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from memsvc_client.client import (
+    MemsvcError,
+    bearer,
+    channel_options,
+    credentials,
+    last_turns,
+    search_request,
+    wait_request,
+)
+from memsvc_client.v1 import memory_pb2 as pb
+from memsvc_client.v1 import memory_pb2_grpc as pb_grpc
+
+
+class AsyncMemoryClient:
+    """memsvc at `target` from asyncio code (arguments as MemoryClient's)."""
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+        attempts: int = 3,
+        timeout_s: float = 60.0,
+    ) -> None:
+        options = channel_options(attempts)
+        creds = credentials(ca_file)
+        if creds is not None:
+            self.channel = grpc.aio.secure_channel(target, creds, options=options)
+        else:
+            self.channel = grpc.aio.insecure_channel(target, options=options)
+        self.stub = pb_grpc.MemoryServiceStub(self.channel)  # type: ignore[no-untyped-call]
+        self.metadata = bearer(token)
+        self.timeout_s = timeout_s
+
+    async def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        """Any RPC by name, e.g. await call("Reindex", pb.ReindexRequest(all=True))."""
+        try:
+            return await getattr(self.stub, method)(
+                request, metadata=self.metadata, timeout=timeout_s or self.timeout_s
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise MemsvcError(exc) from None
+
+    async def append(
+        self,
+        events: Iterable[pb.MemoryEvent],
+        *,
+        wait: bool = False,
+        wait_timeout_s: float = 120,
+        assign_turn_ids: bool = False,
+    ) -> pb.AppendEventsResponse:
+        events = list(events)
+        request = pb.AppendEventsRequest(events=events, assign_turn_ids=assign_turn_ids)
+        reply: pb.AppendEventsResponse = await self.call("AppendEvents", request)
+        if wait and not reply.errors:
+            for conversation_id, turn_id in last_turns(events, reply.turn_ids).items():
+                await self.wait_for_indexed(conversation_id, turn_id, wait_timeout_s)
+        return reply
+
+    async def wait_for_indexed(
+        self, conversation_id: str, turn_id: int, timeout_s: float = 120
+    ) -> pb.WaitForIndexedResponse:
+        reply: pb.WaitForIndexedResponse = await self.call(
+            "WaitForIndexed",
+            wait_request(conversation_id, turn_id, timeout_s),
+            timeout_s=min(timeout_s, 300) + 10,
+        )
+        return reply
+
+    async def export(self, conversation_id: str) -> list[pb.MemoryEvent]:
+        events: list[pb.MemoryEvent] = []
+        token = ""
+        while True:
+            reply = await self.call(
+                "ExportEvents",
+                pb.ExportEventsRequest(conversation_id=conversation_id, page_token=token),
+            )
+            events += reply.events
+            token = reply.next_page_token
+            if not token:
+                return events
+
+    async def search(
+        self,
+        query: str,
+        *,
+        conversation_ids: Sequence[str] = (),
+        top_k: int = 0,
+        mode: str | None = None,
+        speakers: Sequence[str] = (),
+    ) -> list[pb.Hit]:
+        request = search_request(query, conversation_ids, top_k, mode, speakers)
+        reply: pb.EmbedDbResponse = await self.call("EmbedDb", request)
+        return list(reply.hits)
+
+    async def delete(
+        self, conversation_id: str, turns: tuple[int, int] | None = None
+    ) -> pb.LogicalDeleteBySourceResponse:
+        request = pb.LogicalDeleteBySourceRequest(conversation_id=conversation_id)
+        if turns is not None:
+            request.turn_range.start, request.turn_range.end = turns
+        reply: pb.LogicalDeleteBySourceResponse = await self.call("LogicalDeleteBySource", request)
+        return reply
+
+    async def status(self, conversation_ids: Sequence[str] = ()) -> pb.GetIndexStatusResponse:
+        reply: pb.GetIndexStatusResponse = await self.call(
+            "GetIndexStatus", pb.GetIndexStatusRequest(conversation_ids=list(conversation_ids))
+        )
+        return reply
+
+    async def close(self) -> None:
+        await self.channel.close(None)
+
+    async def __aenter__(self) -> AsyncMemoryClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,93 @@
+"""The asyncio client and the LangChain adapters against a real memsvc, with the real
+langchain-core (installed by the `langchain` extra in the client's own venv)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+from langchain_core.documents import Document
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from memsvc_client import AsyncMemoryClient, MemoryClient, MemsvcError
+from memsvc_client.integrations.langchain import MemsvcChatMessageHistory, MemsvcRetriever
+
+from .test_client import READER, WRITER, ServerTestCase, turn
+
+
+class AsyncClientTest(ServerTestCase):
+    def test_the_same_calls_and_errors_over_grpc_aio(self) -> None:
+        async def flow() -> None:
+            async with AsyncMemoryClient(self.target, token=WRITER) as memory:
+                events = [turn("aio-1", 0, "My locker code at the gym is 4417.")]
+                reply = await memory.append(events, wait=True)
+                self.assertEqual(reply.accepted, 1)
+                hits = await memory.search("gym locker code", conversation_ids=["aio-1"])
+                self.assertIn("4417", hits[0].text)
+                self.assertEqual([e.text for e in await memory.export("aio-1")], [events[0].text])
+            async with AsyncMemoryClient(self.target, token=READER) as reader:
+                with self.assertRaises(MemsvcError) as denied:
+                    await reader.append([turn("aio-1", 1, "no")])
+                self.assertEqual(denied.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+                self.assertEqual(denied.exception.reason, "ROLE_TOO_LOW")
+
+        asyncio.run(flow())
+
+
+class LangChainTest(ServerTestCase):
+    def test_chat_history_round_trip_from_two_writers(self) -> None:
+        with MemoryClient(self.target, token=WRITER) as client:
+            one = MemsvcChatMessageHistory("lc-1", client, wait=True)
+            two = MemsvcChatMessageHistory("lc-1", client)  # another process, same session
+            one.add_messages(
+                [
+                    SystemMessage(content="You are a travel assistant."),
+                    HumanMessage(content="I want to visit Kyoto in April.", name="Mei"),
+                ]
+            )
+            two.add_message(AIMessage(content="April is cherry blossom season in Kyoto."))
+            messages = one.messages
+            self.assertEqual(
+                [(type(m), m.content) for m in messages],
+                [
+                    (SystemMessage, "You are a travel assistant."),
+                    (HumanMessage, "I want to visit Kyoto in April."),
+                    (AIMessage, "April is cherry blossom season in Kyoto."),
+                ],
+            )
+            self.assertEqual(messages[1].name, "Mei")
+            with self.assertRaises(TypeError):
+                one.add_message(ToolMessage(content="42", tool_call_id="t1"))
+            one.clear()
+            self.assertEqual(one.messages, [])
+            one.add_user_message("A new start after clear.")
+            self.assertEqual([m.content for m in one.messages], ["A new start after clear."])
+
+    def test_async_history_and_retriever(self) -> None:
+        async def flow() -> None:
+            async with AsyncMemoryClient(self.target, token=WRITER) as aclient:
+                history = MemsvcChatMessageHistory("lc-2", async_client=aclient, wait=True)
+                await history.aadd_messages(
+                    [
+                        HumanMessage(content="My daughter is allergic to peanuts."),
+                        AIMessage(content="Noted: no peanuts in her recipes."),
+                    ]
+                )
+                got = await history.aget_messages()
+                self.assertEqual([type(m) for m in got], [HumanMessage, AIMessage])
+                retriever = MemsvcRetriever(async_client=aclient, conversation_ids=["lc-2"])
+                docs = await retriever.ainvoke("food allergy")
+                self.assertIsInstance(docs[0], Document)
+                self.assertIn("peanuts", docs[0].page_content)
+                meta = docs[0].metadata
+                self.assertEqual(meta["conversation_id"], "lc-2")
+                self.assertEqual((meta["turn_start"], meta["turn_end"]), (0, 1))
+                self.assertIn("user", meta["speakers"])
+                self.assertGreater(meta["score"], 0)
+
+        asyncio.run(flow())
+        with MemoryClient(self.target, token=READER) as client:
+            docs = MemsvcRetriever(client=client, conversation_ids=["lc-2"], top_k=1).invoke(
+                "peanut allergy"
+            )
+            self.assertEqual(len(docs), 1)
+            self.assertIn("peanuts", docs[0].page_content)
