@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from memsvc.config import Settings
+from memsvc.storage import datadir
 from memsvc.transports.grpc.server import SERVICE_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,3 +123,44 @@ def test_the_image_has_a_slim_variant_without_torch() -> None:
     for step in ("pip install torch==2.13.0", "snapshot_download('BAAI/bge-small-zh-v1.5')"):
         run = dockerfile.rfind("RUN ", 0, dockerfile.index(step))
         assert dockerfile[run:].startswith('RUN if [ "$EMBEDDER" = local ]; then'), step
+
+
+def test_the_data_dir_of_the_image_user_starts_and_a_root_owned_one_says_why() -> None:
+    # The compose file's tmpfs is the image user's (uid 10001); a data dir left to root
+    # (Docker's default for a tmpfs) is refused with the fix, not a bare EPERM (issue 40).
+    compose = load("compose.yaml")
+    image_uid = int(re.search(r"--uid (\d+)", (ROOT / "Dockerfile").read_text())[1])  # type: ignore[index]
+    [mount] = compose["services"]["memsvc"]["tmpfs"]
+    assert mount.startswith("/data:") and f"uid={image_uid}" in mount and "mode=0700" in mount
+    # under /tmp itself: pytest's tmp_path sits in a dir only root may enter
+    tmp_path = Path(tempfile.mkdtemp(prefix="memsvc-uid-"))
+    owned, rooted = tmp_path / "owned", tmp_path / "rooted"
+    owned.mkdir()
+    rooted.mkdir(mode=0o777)
+    rooted.chmod(0o1777)  # as a fresh tmpfs: root's, world-writable, sticky
+    os.chown(owned, image_uid, image_uid)
+    tmp_path.chmod(0o755)
+    for path, expected in (
+        (owned, ""),
+        (rooted, f"owned by uid 0 and memsvc runs as uid {image_uid}"),
+    ):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the image's user: a child process that drops root
+            os.close(read)
+            try:
+                os.setgid(image_uid)
+                os.setuid(image_uid)
+                datadir.secure(path)
+                message = ""
+            except Exception as exc:
+                message = str(exc)
+            os.write(write, message.encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as reply:
+            message = reply.read()
+        os.waitpid(pid, 0)
+        assert (expected in message) if expected else message == "", message
+    assert owned.stat().st_mode & 0o777 == 0o700
+    shutil.rmtree(tmp_path)

@@ -73,7 +73,17 @@ def secure(path: Path) -> None:
     an older version left: the event log holds raw conversation text. (`memsvc serve`
     also sets umask 077, so files created later, milvus-lite's included, are private.)"""
     path.mkdir(parents=True, exist_ok=True)
-    path.chmod(0o700)
+    try:
+        path.chmod(0o700)
+    except PermissionError:
+        # e.g. a volume or tmpfs that came up owned by root, with memsvc running as its own
+        # user (the image's uid 10001): say what to change, not just "Operation not permitted"
+        owner = path.stat().st_uid
+        raise PermissionError(
+            f"data dir {path} is owned by uid {owner} and memsvc runs as uid {os.getuid()}:"
+            f" it cannot make the dir private. Give it to uid {os.getuid()} (chown, or mount"
+            f" a tmpfs with uid={os.getuid()},gid={os.getgid()},mode=0700)"
+        ) from None
     for entry in path.iterdir():
         if entry.is_symlink() or not owned(entry):
             continue
