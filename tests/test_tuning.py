@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -105,6 +106,20 @@ def test_the_record_holds_while_the_machine_is_the_same(
     record.write_text("{not json")
     _, fresh = tuned(record, fewer, runtimes, _tokenize(embedder))  # type: ignore[arg-type]
     assert fresh and load(record) is not None
+
+
+def test_servers_starting_together_measure_once(
+    tmp_path: Path, embedder: Embedder, runtimes: dict[str, dict[str, ModelBackend]]
+) -> None:
+    # a file lock: the second waits for the first's record instead of timing under its load
+    machine = machine_facts("k", {"torch": 2, "onnx": 2})
+    record = tmp_path / "cache" / "tuning.json"
+    with ThreadPoolExecutor(2) as pool:
+        results = list(
+            pool.map(lambda _: tuned(record, machine, runtimes, _tokenize(embedder)), range(2))  # type: ignore[arg-type]
+        )
+    assert sorted(fresh for _, fresh in results) == [False, True]
+    assert results[0][0] == results[1][0]
 
 
 def test_a_forced_backend_runs_both_paths(tmp_path: Path, embedder: Embedder) -> None:

@@ -218,7 +218,7 @@ def exported_model(
     if target.is_file():
         return target, False
     export_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(export_dir / ".lock"):
+    with locked(export_dir / ".lock"):
         if target.is_file():
             return target, False
         log.info("onnx_export", path=str(target))
@@ -232,7 +232,8 @@ def exported_model(
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive file lock on `path` (other processes wait)."""
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

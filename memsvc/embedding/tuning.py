@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from memsvc.embedding.backends import Batch, ModelBackend
+from memsvc.embedding.backends import Batch, ModelBackend, locked
 
 log = structlog.get_logger(__name__)
 
@@ -156,20 +156,28 @@ def tuned(
 ) -> tuple[Tuning, bool]:
     """The recorded tuning for this machine, else a new one, measured and recorded; and
     whether it was measured now. `again` measures regardless (`memsvc tune`)."""
-    if not again:
+
+    def recorded() -> Tuning | None:
         known = load(record)
-        if (
-            known is not None
-            and known.machine == machine
-            and set(known.timings_ms) == set(runtimes)
-        ):
+        if known is None or known.machine != machine:
+            return None
+        return known if set(known.timings_ms) == set(runtimes) else None
+
+    known = None if again else recorded()
+    if known is not None:
+        return known, False
+    record.parent.mkdir(parents=True, exist_ok=True)
+    # Servers starting together on one cache measure once, not against each other's load.
+    with locked(record.with_name(".tuning.lock")):
+        known = None if again else recorded()
+        if known is not None:
             return known, False
-    shapes = {
-        "query": [tokenize([QUERY_TEXT])],
-        "passage": [tokenize([passage_texts(n)] * count) for count, n in PASSAGE_SHAPES],
-    }
-    tuning = choose(measure(runtimes, shapes), machine)
-    save(record, tuning)
+        shapes = {
+            "query": [tokenize([QUERY_TEXT])],
+            "passage": [tokenize([passage_texts(n)] * count) for count, n in PASSAGE_SHAPES],
+        }
+        tuning = choose(measure(runtimes, shapes), machine)
+        save(record, tuning)
     return tuning, True
 
 
