@@ -1,0 +1,244 @@
+"""`memsvc append`: events from JSON lines, a JSON array or an OpenAI-style messages array,
+sent in batches with a progress bar; with --wait, until they are searchable."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf import json_format
+from rich.progress import Progress
+
+from memsvc.transports.cli.connection import Stub, err, out, progress
+from memsvc.v1 import memory_pb2 as pb
+
+BATCH = 500  # events per AppendEvents call
+
+
+@dataclass
+class _Parsed:
+    events: list[pb.MemoryEvent] = field(default_factory=list)
+    lines: dict[tuple[str, int], int] = field(default_factory=dict)  # (conv, turn) -> line
+    errors: list[str] = field(default_factory=list)
+
+
+MAX_SHOWN_ERRORS = 20
+
+
+class FileFormatError(ValueError):
+    """The file is not what `append` reads: one short message, not an error per line."""
+
+
+def _records(path: str) -> list[tuple[int, Any]]:
+    """(line or position, value) for each record of a JSON-lines file or a JSON array."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if text.lstrip().startswith("["):
+        try:
+            array = json.loads(text)
+        except ValueError as exc:
+            raise FileFormatError(
+                f"{path}: looks like a JSON array but is not JSON: {exc}"
+            ) from None
+        return list(enumerate(array, 1))
+    records: list[tuple[int, Any]] = []
+    bad = 0
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append((n, json.loads(line)))
+        except ValueError:
+            bad += 1
+            records.append((n, line))
+    if records and bad == len(records):
+        raise FileFormatError(
+            f"{path}: not JSON lines (no line is JSON); expected one MemoryEvent object per"
+            " line, a JSON array of them, or --messages for an OpenAI-style messages array"
+        )
+    return records
+
+
+def _read_events(path: str) -> _Parsed:
+    parsed = _Parsed()
+    for n, value in _records(path):
+        try:
+            if not isinstance(value, dict):
+                raise ValueError(
+                    f"expected a JSON object (one MemoryEvent), got {type(value).__name__}"
+                )
+            event = json_format.ParseDict(value, pb.MemoryEvent())
+        except (ValueError, json_format.ParseError) as exc:
+            parsed.errors.append(f"line {n}: {str(exc)[:200]}")
+            continue
+        parsed.events.append(event)
+        parsed.lines[(event.conversation_id, event.turn_id)] = n
+    return parsed
+
+
+_ROLES = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant"}
+_ROLES |= {"system": "system", "developer": "system"}
+
+
+def _content_text(content: Any) -> str:
+    """OpenAI content: a string, or parts of which the text ones count."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
+        )
+    return ""
+
+
+def _read_messages(path: str, conversation_id: str, first_turn: int) -> _Parsed:
+    with open(path, encoding="utf-8") as f:
+        try:
+            value = json.load(f)
+        except ValueError as exc:
+            raise FileFormatError(f"{path}: --messages expects a JSON array: {exc}") from None
+    if isinstance(value, dict) and isinstance(value.get("messages"), list):
+        value = value["messages"]
+    if not isinstance(value, list):
+        raise FileFormatError(
+            f'{path}: --messages expects [{{role, content}}, ...] or {{"messages": [...]}}'
+        )
+    now = datetime.now(UTC).astimezone().isoformat(timespec="seconds")
+    parsed = _Parsed()
+    turn = first_turn
+    for n, message in enumerate(value, 1):
+        if isinstance(message, dict) and message.get("role") == "tool":
+            continue  # tool results are not conversation
+        if not isinstance(message, dict) or message.get("role") not in _ROLES:
+            parsed.errors.append(f"message {n}: expected {{role: user|assistant|system, content}}")
+            continue
+        if not _content_text(message.get("content")).strip():
+            continue  # an assistant message with tool calls only: nothing said
+        event = pb.MemoryEvent(
+            conversation_id=conversation_id,
+            turn_id=turn,
+            speaker=_ROLES[message["role"]],
+            text=_content_text(message["content"]),
+            timestamp=str(message.get("timestamp") or now),
+            speaker_name=str(message.get("name") or ""),
+        )
+        parsed.events.append(event)
+        parsed.lines[(conversation_id, turn)] = n
+        turn += 1
+    return parsed
+
+
+def _batches(events: list[pb.MemoryEvent]) -> list[list[pb.MemoryEvent]]:
+    """Per conversation, in turn order, cut into batches of at most BATCH: a file whose
+    lines are out of order still arrives gap-free."""
+    by_conv: dict[str, list[pb.MemoryEvent]] = {}
+    for e in events:
+        by_conv.setdefault(e.conversation_id, []).append(e)
+    out: list[list[pb.MemoryEvent]] = []
+    for conv in by_conv:
+        turns = sorted(by_conv[conv], key=lambda e: e.turn_id)
+        out += [turns[i : i + BATCH] for i in range(0, len(turns), BATCH)]
+    return out
+
+
+def _next_turn(stub: Stub, conversation_id: str) -> int:
+    reply = stub.GetIndexStatus(
+        pb.GetIndexStatusRequest(conversation_ids=[conversation_id]), timeout=30
+    )
+    known = [c.last_appended_turn for c in reply.conversations]
+    return max(known, default=-1) + 1
+
+
+def cmd_append(stub: Stub, args: argparse.Namespace) -> int:
+    if args.messages:
+        parsed = _read_messages(args.file, args.messages, _next_turn(stub, args.messages))
+    else:
+        parsed = _read_events(args.file)
+    accepted = duplicates = 0
+    problems = list(parsed.errors)
+    refused: set[tuple[str, int]] = set()
+    with progress() as bars:
+        task = bars.add_task("appending", total=len(parsed.events))
+        for batch in _batches(parsed.events):
+            reply = stub.AppendEvents(
+                pb.AppendEventsRequest(
+                    events=batch, allow_gaps=args.allow_gaps, restore=args.restore
+                ),
+                timeout=300,
+            )
+            accepted += reply.accepted
+            duplicates += reply.duplicates
+            for e in reply.errors:
+                problems.append(f"{_line_of(e.chunk_id, parsed)}{e.message}")
+                conv, _, turn = e.chunk_id.rpartition("#")
+                if turn.isdigit():
+                    refused.add((conv, int(turn)))
+            bars.advance(task, len(batch))
+        if args.wait:
+            written = [e for e in parsed.events if (e.conversation_id, e.turn_id) not in refused]
+            paused = (
+                written
+                and stub.GetIndexStatus(
+                    pb.GetIndexStatusRequest(conversation_ids=[written[0].conversation_id]),
+                    timeout=60,
+                ).paused
+            )
+            if paused:  # nothing would be indexed: say so now, not after the time-out
+                problems.append(
+                    "indexing is paused (memsvc resume starts it): the turns are stored, and"
+                    " not searchable until then; not waiting"
+                )
+            elif written and not _wait_indexed(stub, written, bars, args.wait_timeout):
+                problems.append(
+                    f"not all accepted turns were searchable within {args.wait_timeout:g} s"
+                    " (memsvc status shows the backlog)"
+                )
+    out.print(
+        f"accepted {accepted}, duplicates {duplicates}, errors {len(problems)}",
+        markup=False,
+        highlight=False,
+    )
+    for problem in problems[:MAX_SHOWN_ERRORS]:
+        err.print(problem, markup=False, highlight=False)
+    if len(problems) > MAX_SHOWN_ERRORS:
+        err.print(f"... and {len(problems) - MAX_SHOWN_ERRORS} more", markup=False)
+    return 1 if problems else 0
+
+
+def _line_of(key: str, parsed: _Parsed) -> str:
+    conv, _, turn = key.rpartition("#")
+    line = parsed.lines.get((conv, int(turn))) if turn.isdigit() else None
+    return f"line {line}: " if line else f"{key}: "
+
+
+def _wait_indexed(
+    stub: Stub, events: list[pb.MemoryEvent], bars: Progress, timeout_s: float
+) -> bool:
+    """Until the last accepted turn of each conversation is searchable (False on time-out)."""
+    last: dict[str, int] = {}
+    for e in events:
+        last[e.conversation_id] = max(last.get(e.conversation_id, -1), e.turn_id)
+    task = bars.add_task("indexing", total=len(last))
+    deadline = time.monotonic() + timeout_s
+    waiting = sorted(last)
+    while waiting:
+        conv = waiting[0]
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        reply = stub.WaitForIndexed(
+            pb.WaitForIndexedRequest(
+                conversation_id=conv, turn_id=last[conv], timeout_ms=int(min(remaining, 30) * 1000)
+            ),
+            timeout=min(remaining, 30) + 5,
+        )
+        if reply.status.state == "failed":
+            raise ValueError(f"{conv}: indexing failed: {reply.status.last_error}")
+        if reply.indexed:
+            waiting.pop(0)
+            bars.advance(task, 1)
+    return True

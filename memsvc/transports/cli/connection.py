@@ -1,0 +1,53 @@
+"""What every client command shares: the consoles, the connection to the server with the
+caller's token, and progress bars (on a terminal only)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import grpc
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from memsvc.v1 import memory_pb2_grpc as pb_grpc
+
+out = Console()
+err = Console(stderr=True)
+
+
+class Stub:
+    """The generated stub with the token attached to every call."""
+
+    def __init__(self, stub: pb_grpc.MemoryServiceStub, token: str) -> None:
+        self._stub = stub
+        self._metadata = [("authorization", f"Bearer {token}")] if token else []
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._stub, name)
+        return lambda request, **kw: method(request, metadata=self._metadata, **kw)
+
+
+@contextmanager
+def connect(args: argparse.Namespace) -> Iterator[Stub]:
+    if args.ca_file:
+        with open(args.ca_file, "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        channel = grpc.secure_channel(args.target, creds)
+    else:
+        channel = grpc.insecure_channel(args.target)
+    with channel:
+        yield Stub(pb_grpc.MemoryServiceStub(channel), args.token)  # type: ignore[no-untyped-call]
+
+
+def progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not err.is_terminal,
+    )
