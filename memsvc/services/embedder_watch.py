@@ -30,7 +30,9 @@ class EmbedderWatch:
 
     @property
     def up(self) -> bool:
-        return self._up
+        """Down from a failed check until one succeeds, and at once while a remote
+        embedder's circuit is open (a call just failed), before the next check."""
+        return self._up and self.embedder.available()
 
     def on_change(self, listener: Callable[[bool], None]) -> None:
         """`listener(up)` runs on the watch thread whenever the embedder stops or resumes
