@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -29,6 +30,10 @@ from memsvc.storage.milvus import lite, schema
 from memsvc.storage.milvus.schema import CURRENT_SINCE, SCALAR_FIELDS
 
 log = structlog.get_logger(__name__)
+
+# Tries of a keyword search while Milvus Lite's BM25 statistics lag a new collection's rows
+# (about 3 s in all).
+KEYWORD_STATS_TRIES = 8
 
 _QUERY_PAGE = 16_000  # Milvus caps offset + limit of one query at 16,384
 # Keepalive pings every 10 s (pymilvus' default) make milvus-lite answer GOAWAY
@@ -358,23 +363,30 @@ class MilvusChunkStore:
     ) -> list[Candidate]:
         from pymilvus.exceptions import MilvusException
 
-        try:
-            result = self._client.search(
-                self.collection,
-                data=[text],
-                anns_field="sparse",
-                limit=limit,
-                filter=ex.scope_expr(scope, self.marks_current),
-                output_fields=self._fields if whole else _CANDIDATE_FIELDS,
-                search_params={"metric_type": "BM25"},
-            )
-        except MilvusException as exc:
-            # Milvus Lite 2.5.1 computes BM25 statistics over an empty collection as NaN and
-            # fails the search ("Invalid sparse row: NaN or Inf value"): nothing to find.
-            if "NaN or Inf" in str(exc):
-                return []
-            raise
-        return _candidates(result[0], whole)
+        for attempt in range(KEYWORD_STATS_TRIES):
+            try:
+                result = self._client.search(
+                    self.collection,
+                    data=[text],
+                    anns_field="sparse",
+                    limit=limit,
+                    filter=ex.scope_expr(scope, self.marks_current),
+                    output_fields=self._fields if whole else _CANDIDATE_FIELDS,
+                    search_params={"metric_type": "BM25"},
+                )
+                return _candidates(result[0], whole)
+            except MilvusException as exc:
+                # Milvus Lite 2.5.1 computes BM25 statistics over an empty collection as NaN
+                # and fails the search ("Invalid sparse row: NaN or Inf value"): nothing to
+                # find. In a collection made anew, the statistics also lag its first rows
+                # for a moment: then the rows are there, and the search is tried again.
+                if "NaN or Inf" not in str(exc):
+                    raise
+                if not self.count(deleted=None):
+                    return []
+                time.sleep(0.1 * (attempt + 1))
+        log.warning("keyword_statistics_lagging", collection=self.collection)
+        return []
 
     # -- writes ---------------------------------------------------------------------------
     @_store_call
