@@ -142,6 +142,7 @@ class QueueItem:
     lease_token: int = 0
     leased_seq: int = 0
     needs_reconcile: bool = False
+    last_timestamp: str = ""  # the last turn's, as appended ("" = none)
 
     @property
     def reindex(self) -> bool:

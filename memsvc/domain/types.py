@@ -152,6 +152,21 @@ class SearchRequest:
     # Return the standing instructions that apply beside the hits.
     standing: bool = True
     order: SearchOrder = SearchOrder.RELEVANCE
+    # Say why each hit ranks where it does (Hit.explanation).
+    explain: bool = False
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """A hit's place in each candidate list (rank 1-based, 0 = not in that list), the score
+    it was ranked by, and the query words found in its text."""
+
+    dense_rank: int
+    dense_score: float
+    keyword_rank: int
+    keyword_score: float
+    fused_score: float
+    matched_terms: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -160,6 +175,7 @@ class Hit:
     score: float
     text: str
     metadata: ChunkMetadata
+    explanation: Explanation | None = None
 
 
 @dataclass(frozen=True)

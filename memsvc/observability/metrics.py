@@ -37,7 +37,7 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 # Queries answer in milliseconds, upserts and waits in seconds to minutes.
-_RPC_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+RPC_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _EMBED_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 RPC_DURATION = Histogram(
@@ -45,7 +45,7 @@ RPC_DURATION = Histogram(
     "Time to answer an RPC, by method, status code (failed calls included) and transport:"
     " grpc | http.",
     ["method", "code", "transport"],
-    buckets=_RPC_BUCKETS,
+    buckets=RPC_BUCKETS,
     registry=REGISTRY,
 )
 RPC_IN_FLIGHT = Gauge(

@@ -34,7 +34,15 @@ from memsvc.domain.errors import Cancelled, InvalidArgument
 from memsvc.domain.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K, MAX_TURN_BUDGET
 from memsvc.domain.records import Candidate, Scored
 from memsvc.domain.standing import INSTRUCTION_TAG
-from memsvc.domain.types import Hit, SearchMode, SearchOrder, SearchRequest, SearchResult
+from memsvc.domain.terms import matched_terms
+from memsvc.domain.types import (
+    Explanation,
+    Hit,
+    SearchMode,
+    SearchOrder,
+    SearchRequest,
+    SearchResult,
+)
 from memsvc.observability.metrics import stage
 from memsvc.ports import ChunkStore, Embedder, EventLog, QueryEncoder, SearchScope
 from memsvc.services.fusion import dedup_text, mmr_select, rrf_fuse, score_fuse
@@ -177,6 +185,8 @@ class SearchService:
 
         candidates: list[Candidate]
         rules: list[Candidate] = []
+        dense: list[Candidate] = []
+        keyword: list[Candidate] = []
         if mode is SearchMode.HYBRID:
             # BM25 needs no vector: run it while the query is being embedded.
             keyword_future = self._pool.submit(self._keyword, req.query_text, scope, pool)
@@ -197,8 +207,9 @@ class SearchService:
                 candidates, rules = self._dense(
                     req.query_text, scope, pool, whole, standing=standing
                 )
+                dense = candidates
             else:
-                candidates = self._keyword(req.query_text, scope, pool, whole)
+                candidates = keyword = self._keyword(req.query_text, scope, pool, whole)
             ranked = _scored(candidates)
         coverage = Coverage(req.turn_budget)
         given = self._standing(rules, audit, coverage)
@@ -224,7 +235,11 @@ class SearchService:
             ],
             req.order,
         )
-        return SearchResult(mode, top_k, hits, list(given.values()))
+        standing_hits = list(given.values())
+        if req.explain:
+            hits = _explained(hits, req.query_text, dense, keyword)
+            standing_hits = _explained(standing_hits, req.query_text, rules, [])
+        return SearchResult(mode, top_k, hits, standing_hits)
 
     def _dense(
         self,
@@ -300,6 +315,21 @@ def _in_order(hits: list[Hit], order: SearchOrder) -> list[Hit]:
         return (m.timestamp_range.start, m.conversation_id, m.turn_range.start)
 
     return sorted(hits, key=when, reverse=order is SearchOrder.NEWEST)
+
+
+def _explained(
+    hits: Sequence[Hit], query: str, dense: Sequence[Candidate], keyword: Sequence[Candidate]
+) -> list[Hit]:
+    """The hits with their places in the candidate lists the search ranked them from."""
+    dense_at = {c.chunk_id: (rank, c.score) for rank, c in enumerate(dense, 1)}
+    keyword_at = {c.chunk_id: (rank, c.score) for rank, c in enumerate(keyword, 1)}
+    out = []
+    for h in hits:
+        d_rank, d_score = dense_at.get(h.chunk_id, (0, 0.0))
+        k_rank, k_score = keyword_at.get(h.chunk_id, (0, 0.0))
+        why = Explanation(d_rank, d_score, k_rank, k_score, h.score, matched_terms(query, h.text))
+        out.append(replace(h, explanation=why))
+    return out
 
 
 def _scored(candidates: Sequence[Candidate]) -> list[Scored]:

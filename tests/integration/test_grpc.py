@@ -201,6 +201,53 @@ def test_modes_and_mmr(stub: pb_grpc.MemoryServiceStub) -> None:
     assert covered(diverse) >= covered(plain)
 
 
+def test_explain_says_where_each_hit_came_from(stub: pb_grpc.MemoryServiceStub) -> None:
+    """EmbedDbRequest.explain (issue 41): each hit's rank and score in the dense and keyword
+    lists, the score it was ranked by, and the query words in its text."""
+    ingest(stub, events("x1", EN_TURNS))
+    flt = pb.SearchFilters(conversation_ids=["x1"])
+    query = "hiking the Lake Tahoe trail"
+    plain = stub.EmbedDb(pb.EmbedDbRequest(query_text=query, top_k=5, filters=flt))
+    assert plain.hits and not any(h.HasField("explanation") for h in plain.hits)
+    for mode in (pb.SEARCH_MODE_DENSE, pb.SEARCH_MODE_KEYWORD, pb.SEARCH_MODE_HYBRID):
+        res = stub.EmbedDb(
+            pb.EmbedDbRequest(query_text=query, top_k=5, filters=flt, mode=mode, explain=True)
+        )
+        assert res.hits
+        for h in res.hits:
+            why = h.explanation
+            assert why.fused_score == h.score
+            assert (why.dense_rank > 0) == (mode != pb.SEARCH_MODE_KEYWORD)
+            if mode == pb.SEARCH_MODE_DENSE:
+                assert why.dense_score == h.score and why.keyword_rank == 0
+            if mode == pb.SEARCH_MODE_KEYWORD:
+                assert why.keyword_score == h.score and why.keyword_rank > 0
+        top = res.hits[0]
+        assert "Tahoe" in top.text and "tahoe" in top.explanation.matched_terms
+        assert "the" not in top.explanation.matched_terms  # too common to explain anything
+        if mode == pb.SEARCH_MODE_HYBRID:
+            ranks = [(h.explanation.dense_rank, h.explanation.keyword_rank) for h in res.hits]
+            assert ranks[0] != (0, 0) and any(d and k for d, k in ranks)
+
+
+def test_status_says_who_asks_and_running_figures(stub: pb_grpc.MemoryServiceStub) -> None:
+    before = stub.GetIndexStatus(pb.GetIndexStatusRequest()).figures
+    ingest(stub, events("f1", EN_TURNS[:2]))
+    stub.EmbedDb(pb.EmbedDbRequest(query_text="trail", filters=pb.SearchFilters()))
+    status = stub.GetIndexStatus(pb.GetIndexStatusRequest())
+    # no tokens file: every caller is an unlimited admin
+    assert status.caller == pb.Caller(role="admin", authenticated=False)
+    after = status.figures
+    assert after.searches == before.searches + 1
+    assert after.chunks_written > before.chunks_written
+    assert len(after.search_latency_bounds_s) == len(after.search_latency_counts) > 1
+    assert list(after.search_latency_bounds_s) == sorted(after.search_latency_bounds_s)
+    assert after.search_latency_counts[-1] <= after.searches
+    assert after.uptime_s >= before.uptime_s > 0
+    named = stub.GetIndexStatus(pb.GetIndexStatusRequest(conversation_ids=["f1"]))
+    assert named.conversations[0].last_timestamp == events("f1", EN_TURNS[:2])[1].timestamp
+
+
 def test_delete_then_search(stub: pb_grpc.MemoryServiceStub) -> None:
     ingest(stub, events("d1", EN_TURNS))
     flt = pb.SearchFilters(conversation_ids=["d1"])

@@ -344,3 +344,24 @@ def test_openapi_describes_every_rpc_and_is_valid(http: Http) -> None:
     )
     assert schemas["MemoryEvent"]["properties"]["turnId"]["type"] == ["string", "integer"]
     assert schemas["SearchMode"]["enum"][0] == "SEARCH_MODE_UNSPECIFIED"
+
+
+def test_explain_and_caller_over_http(http: Http) -> None:
+    """The console's calls (issue 41) in the JSON mapping: a search's explanation, and who
+    the token makes its caller."""
+    http.ok("AppendEvents", {"events": [{**EVENTS[0], "conversationId": "hx"}]})
+    http.ok("WaitForIndexed", {"conversationId": "hx", "turnId": 0, "timeoutMs": 120000})
+    found = http.ok(
+        "EmbedDb",
+        {"queryText": "passport drawer", "filters": {"conversationIds": ["hx"]}, "explain": True},
+        READER,
+    )
+    why = found["hits"][0]["explanation"]
+    assert why["denseRank"] == 1 and why["keywordRank"] == 1
+    assert why["fusedScore"] == found["hits"][0]["score"]
+    assert why["matchedTerms"] == ["passport", "drawer"]
+    status = http.ok("GetIndexStatus", {"conversationIds": ["hx"]}, READER)
+    assert status["caller"] == {"role": "reader", "authenticated": True}
+    assert status["conversations"][0]["lastTimestamp"] == EVENTS[0]["timestamp"]
+    assert int(status["figures"]["searches"]) >= 1
+    assert http.ok("GetIndexStatus", {}, ADMIN)["caller"]["role"] == "admin"

@@ -23,7 +23,9 @@ _COLS = (
     "q.conversation_id, q.state, q.active_version, q.building_version, q.dirty, q.attempts,"
     " q.last_error, q.last_indexed_turn,"
     " (SELECT MAX(turn_id) FROM events e WHERE e.conversation_id = q.conversation_id),"
-    " q.lease_token, q.leased_seq, q.reconcile_seq > q.reconciled_seq"
+    " q.lease_token, q.leased_seq, q.reconcile_seq > q.reconciled_seq,"
+    " (SELECT e.timestamp FROM events e WHERE e.conversation_id = q.conversation_id"
+    "  ORDER BY e.turn_id DESC LIMIT 1)"
 )
 
 
@@ -41,6 +43,7 @@ def _item(r: Row) -> QueueItem:
         lease_token=int(r[9]),
         leased_seq=int(r[10]),
         needs_reconcile=bool(r[11]),
+        last_timestamp="" if r[12] is None else str(r[12]),
     )
 
 

@@ -18,6 +18,7 @@ from memsvc.domain.types import (
     Truncation,
     TurnRange,
 )
+from memsvc.observability.figures import Figures
 from memsvc.v1 import memory_pb2 as pb
 
 MODES = {
@@ -126,6 +127,7 @@ def index_status_to_pb(item: QueueItem) -> pb.IndexStatus:
         attempts=item.attempts,
         chunk_version=item.chunk_version,
         reindexing=item.reindex,
+        last_timestamp=item.last_timestamp,
     )
 
 
@@ -141,9 +143,22 @@ def server_info_to_pb(server: ServerDescription) -> pb.ServerInfo:
 
 
 def hit_to_pb(h: Hit) -> pb.Hit:
-    return pb.Hit(
+    hit = pb.Hit(
         chunk_id=h.chunk_id, score=h.score, text=h.text, metadata=metadata_to_pb(h.metadata)
     )
+    if h.explanation is not None:
+        why = h.explanation
+        hit.explanation.CopyFrom(
+            pb.HitExplanation(
+                dense_rank=why.dense_rank,
+                dense_score=why.dense_score,
+                keyword_rank=why.keyword_rank,
+                keyword_score=why.keyword_score,
+                fused_score=why.fused_score,
+                matched_terms=list(why.matched_terms),
+            )
+        )
+    return hit
 
 
 def truncations_to_pb(items: Iterable[Truncation]) -> list[pb.Truncation]:
@@ -156,3 +171,15 @@ def truncations_to_pb(items: Iterable[Truncation]) -> list[pb.Truncation]:
         )
         for t in items
     ]
+
+
+def figures_to_pb(f: Figures) -> pb.ServerFigures:
+    return pb.ServerFigures(
+        uptime_s=f.uptime_s,
+        chunks_written=f.chunks_written,
+        searches=f.searches,
+        search_latency_bounds_s=list(f.search_latency_bounds_s),
+        search_latency_counts=list(f.search_latency_counts),
+        index_lag_count=f.index_lag_count,
+        index_lag_sum_s=f.index_lag_sum_s,
+    )

@@ -203,7 +203,9 @@ def start_server(
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
         ],
     )
-    servicer = MemoryServicer(max_waiting_calls, max_heavy_calls, max_embedding_calls)
+    servicer = MemoryServicer(
+        max_waiting_calls, max_heavy_calls, max_embedding_calls, authenticated=tokens is not None
+    )
     pb_grpc.add_MemoryServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     for name in ("", SERVICE_NAME, WRITES_HEALTH):

@@ -18,6 +18,7 @@ from memsvc.domain import deadline
 from memsvc.domain.errors import InvalidArgument, Starting
 from memsvc.domain.types import SearchMode, SearchRequest, TurnRange
 from memsvc.observability import metrics
+from memsvc.observability.figures import figures
 from memsvc.transports.grpc.admission import Gate
 from memsvc.transports.grpc.auth import current_access
 from memsvc.transports.grpc.convert import (
@@ -27,6 +28,7 @@ from memsvc.transports.grpc.convert import (
     errors_to_pb,
     event_from_pb,
     event_to_pb,
+    figures_to_pb,
     filters_from_pb,
     hit_to_pb,
     index_status_to_pb,
@@ -124,9 +126,14 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     """Thin: converts, calls the core, converts back."""
 
     def __init__(
-        self, max_waiting_calls: int = 4, max_heavy_calls: int = 4, max_embedding_calls: int = 16
+        self,
+        max_waiting_calls: int = 4,
+        max_heavy_calls: int = 4,
+        max_embedding_calls: int = 16,
+        authenticated: bool = False,
     ) -> None:
         self._services: Services | None = None
+        self.authenticated = authenticated
         self.in_flight = InFlight()
         self.waiting = Gate("WaitForIndexed", max_waiting_calls)
         self.heavy = Gate("heavy (Build/Upsert/EmbedBatch/Delete/Purge)", max_heavy_calls)
@@ -259,6 +266,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
                 turn_budget=request.turn_budget,
                 standing=not request.exclude_standing,
                 order=ORDERS[request.order],
+                explain=request.explain,
             ),
             current_access(),
         )
@@ -355,6 +363,12 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             failed=totals.failed,
             paused=totals.paused,
             server=server_info_to_pb(self.core.describe()),
+            caller=pb.Caller(
+                role=access.role.name.lower(),
+                conversation_prefixes=list(access.prefixes),
+                authenticated=self.authenticated,
+            ),
+            figures=figures_to_pb(figures()),
         )
 
     @rpc(lambda r: {"indexed": r.indexed})

@@ -246,7 +246,7 @@ class SearchFilters(_message.Message):
     def __init__(self, conversation_ids: _Optional[_Iterable[str]] = ..., participants: _Optional[_Iterable[str]] = ..., speakers: _Optional[_Iterable[str]] = ..., timestamp_range: _Optional[_Union[TimestampRange, _Mapping]] = ..., intent_tag: _Optional[str] = ..., include_deleted: _Optional[bool] = ..., chunk_version: _Optional[int] = ...) -> None: ...
 
 class EmbedDbRequest(_message.Message):
-    __slots__ = ("query_text", "top_k", "filters", "mode", "mmr_lambda", "turn_budget", "exclude_standing", "order")
+    __slots__ = ("query_text", "top_k", "filters", "mode", "mmr_lambda", "turn_budget", "exclude_standing", "order", "explain")
     QUERY_TEXT_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     FILTERS_FIELD_NUMBER: _ClassVar[int]
@@ -255,6 +255,7 @@ class EmbedDbRequest(_message.Message):
     TURN_BUDGET_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_STANDING_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
+    EXPLAIN_FIELD_NUMBER: _ClassVar[int]
     query_text: str
     top_k: int
     filters: SearchFilters
@@ -263,19 +264,38 @@ class EmbedDbRequest(_message.Message):
     turn_budget: int
     exclude_standing: bool
     order: SearchOrder
-    def __init__(self, query_text: _Optional[str] = ..., top_k: _Optional[int] = ..., filters: _Optional[_Union[SearchFilters, _Mapping]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., mmr_lambda: _Optional[float] = ..., turn_budget: _Optional[int] = ..., exclude_standing: _Optional[bool] = ..., order: _Optional[_Union[SearchOrder, str]] = ...) -> None: ...
+    explain: bool
+    def __init__(self, query_text: _Optional[str] = ..., top_k: _Optional[int] = ..., filters: _Optional[_Union[SearchFilters, _Mapping]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., mmr_lambda: _Optional[float] = ..., turn_budget: _Optional[int] = ..., exclude_standing: _Optional[bool] = ..., order: _Optional[_Union[SearchOrder, str]] = ..., explain: _Optional[bool] = ...) -> None: ...
+
+class HitExplanation(_message.Message):
+    __slots__ = ("dense_rank", "dense_score", "keyword_rank", "keyword_score", "fused_score", "matched_terms")
+    DENSE_RANK_FIELD_NUMBER: _ClassVar[int]
+    DENSE_SCORE_FIELD_NUMBER: _ClassVar[int]
+    KEYWORD_RANK_FIELD_NUMBER: _ClassVar[int]
+    KEYWORD_SCORE_FIELD_NUMBER: _ClassVar[int]
+    FUSED_SCORE_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_TERMS_FIELD_NUMBER: _ClassVar[int]
+    dense_rank: int
+    dense_score: float
+    keyword_rank: int
+    keyword_score: float
+    fused_score: float
+    matched_terms: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, dense_rank: _Optional[int] = ..., dense_score: _Optional[float] = ..., keyword_rank: _Optional[int] = ..., keyword_score: _Optional[float] = ..., fused_score: _Optional[float] = ..., matched_terms: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Hit(_message.Message):
-    __slots__ = ("chunk_id", "score", "text", "metadata")
+    __slots__ = ("chunk_id", "score", "text", "metadata", "explanation")
     CHUNK_ID_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
     chunk_id: str
     score: float
     text: str
     metadata: ChunkMetadata
-    def __init__(self, chunk_id: _Optional[str] = ..., score: _Optional[float] = ..., text: _Optional[str] = ..., metadata: _Optional[_Union[ChunkMetadata, _Mapping]] = ...) -> None: ...
+    explanation: HitExplanation
+    def __init__(self, chunk_id: _Optional[str] = ..., score: _Optional[float] = ..., text: _Optional[str] = ..., metadata: _Optional[_Union[ChunkMetadata, _Mapping]] = ..., explanation: _Optional[_Union[HitExplanation, _Mapping]] = ...) -> None: ...
 
 class EmbedDbResponse(_message.Message):
     __slots__ = ("query_text", "top_k", "hits", "mode", "standing")
@@ -388,7 +408,7 @@ class AppendEventsResponse(_message.Message):
     def __init__(self, accepted: _Optional[int] = ..., duplicates: _Optional[int] = ..., errors: _Optional[_Iterable[_Union[RecordError, _Mapping]]] = ..., truncated: _Optional[_Iterable[_Union[Truncation, _Mapping]]] = ..., turn_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class IndexStatus(_message.Message):
-    __slots__ = ("conversation_id", "last_appended_turn", "last_indexed_turn", "backlog", "state", "last_error", "attempts", "chunk_version", "reindexing")
+    __slots__ = ("conversation_id", "last_appended_turn", "last_indexed_turn", "backlog", "state", "last_error", "attempts", "chunk_version", "reindexing", "last_timestamp")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_APPENDED_TURN_FIELD_NUMBER: _ClassVar[int]
     LAST_INDEXED_TURN_FIELD_NUMBER: _ClassVar[int]
@@ -398,6 +418,7 @@ class IndexStatus(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     CHUNK_VERSION_FIELD_NUMBER: _ClassVar[int]
     REINDEXING_FIELD_NUMBER: _ClassVar[int]
+    LAST_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     last_appended_turn: int
     last_indexed_turn: int
@@ -407,7 +428,8 @@ class IndexStatus(_message.Message):
     attempts: int
     chunk_version: int
     reindexing: bool
-    def __init__(self, conversation_id: _Optional[str] = ..., last_appended_turn: _Optional[int] = ..., last_indexed_turn: _Optional[int] = ..., backlog: _Optional[int] = ..., state: _Optional[str] = ..., last_error: _Optional[str] = ..., attempts: _Optional[int] = ..., chunk_version: _Optional[int] = ..., reindexing: _Optional[bool] = ...) -> None: ...
+    last_timestamp: str
+    def __init__(self, conversation_id: _Optional[str] = ..., last_appended_turn: _Optional[int] = ..., last_indexed_turn: _Optional[int] = ..., backlog: _Optional[int] = ..., state: _Optional[str] = ..., last_error: _Optional[str] = ..., attempts: _Optional[int] = ..., chunk_version: _Optional[int] = ..., reindexing: _Optional[bool] = ..., last_timestamp: _Optional[str] = ...) -> None: ...
 
 class GetIndexStatusRequest(_message.Message):
     __slots__ = ("conversation_ids",)
@@ -416,7 +438,7 @@ class GetIndexStatusRequest(_message.Message):
     def __init__(self, conversation_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetIndexStatusResponse(_message.Message):
-    __slots__ = ("conversations", "total_conversations", "total_backlog", "pending", "indexing", "failed", "paused", "server")
+    __slots__ = ("conversations", "total_conversations", "total_backlog", "pending", "indexing", "failed", "paused", "server", "caller", "figures")
     CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BACKLOG_FIELD_NUMBER: _ClassVar[int]
@@ -425,6 +447,8 @@ class GetIndexStatusResponse(_message.Message):
     FAILED_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     SERVER_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    FIGURES_FIELD_NUMBER: _ClassVar[int]
     conversations: _containers.RepeatedCompositeFieldContainer[IndexStatus]
     total_conversations: int
     total_backlog: int
@@ -433,7 +457,37 @@ class GetIndexStatusResponse(_message.Message):
     failed: int
     paused: bool
     server: ServerInfo
-    def __init__(self, conversations: _Optional[_Iterable[_Union[IndexStatus, _Mapping]]] = ..., total_conversations: _Optional[int] = ..., total_backlog: _Optional[int] = ..., pending: _Optional[int] = ..., indexing: _Optional[int] = ..., failed: _Optional[int] = ..., paused: _Optional[bool] = ..., server: _Optional[_Union[ServerInfo, _Mapping]] = ...) -> None: ...
+    caller: Caller
+    figures: ServerFigures
+    def __init__(self, conversations: _Optional[_Iterable[_Union[IndexStatus, _Mapping]]] = ..., total_conversations: _Optional[int] = ..., total_backlog: _Optional[int] = ..., pending: _Optional[int] = ..., indexing: _Optional[int] = ..., failed: _Optional[int] = ..., paused: _Optional[bool] = ..., server: _Optional[_Union[ServerInfo, _Mapping]] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ..., figures: _Optional[_Union[ServerFigures, _Mapping]] = ...) -> None: ...
+
+class Caller(_message.Message):
+    __slots__ = ("role", "conversation_prefixes", "authenticated")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_PREFIXES_FIELD_NUMBER: _ClassVar[int]
+    AUTHENTICATED_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    conversation_prefixes: _containers.RepeatedScalarFieldContainer[str]
+    authenticated: bool
+    def __init__(self, role: _Optional[str] = ..., conversation_prefixes: _Optional[_Iterable[str]] = ..., authenticated: _Optional[bool] = ...) -> None: ...
+
+class ServerFigures(_message.Message):
+    __slots__ = ("uptime_s", "chunks_written", "searches", "search_latency_bounds_s", "search_latency_counts", "index_lag_count", "index_lag_sum_s")
+    UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    SEARCHES_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_LATENCY_BOUNDS_S_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_LATENCY_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    INDEX_LAG_COUNT_FIELD_NUMBER: _ClassVar[int]
+    INDEX_LAG_SUM_S_FIELD_NUMBER: _ClassVar[int]
+    uptime_s: float
+    chunks_written: int
+    searches: int
+    search_latency_bounds_s: _containers.RepeatedScalarFieldContainer[float]
+    search_latency_counts: _containers.RepeatedScalarFieldContainer[int]
+    index_lag_count: int
+    index_lag_sum_s: float
+    def __init__(self, uptime_s: _Optional[float] = ..., chunks_written: _Optional[int] = ..., searches: _Optional[int] = ..., search_latency_bounds_s: _Optional[_Iterable[float]] = ..., search_latency_counts: _Optional[_Iterable[int]] = ..., index_lag_count: _Optional[int] = ..., index_lag_sum_s: _Optional[float] = ...) -> None: ...
 
 class ServerInfo(_message.Message):
     __slots__ = ("version", "model", "model_fallback", "dim", "embed_backend", "log_backend")

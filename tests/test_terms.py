@@ -1,0 +1,24 @@
+"""The query words a search's explanation names (memsvc.domain.terms)."""
+
+from __future__ import annotations
+
+from memsvc.domain.terms import matched_terms, stem
+
+
+def test_words_match_whole_and_by_stem_in_query_order() -> None:
+    text = "User: I painted the fence and went hiking near Lake Tahoe."
+    assert matched_terms("Tahoe hikes painting", text) == ("tahoe", "hikes", "painting")
+    assert stem("paints") == stem("painted") == stem("painting") == "paint"
+
+
+def test_common_words_numbers_and_repeats() -> None:
+    text = "Assistant: the meeting is at 10 in room 42."
+    assert matched_terms("what is the room at 42 room", text) == ("room", "42")
+    assert matched_terms("nothing here", text) == ()
+
+
+def test_chinese_matches_by_two_character_pieces() -> None:
+    text = "用户: 我喜欢在周末去爬山。"
+    assert matched_terms("周末爬山", text) == ("周末", "爬山")
+    assert matched_terms("山", text) == ("山",)
+    assert matched_terms("海边", text) == ()
