@@ -237,6 +237,7 @@ def test_status_says_who_asks_and_running_figures(stub: pb_grpc.MemoryServiceStu
     status = stub.GetIndexStatus(pb.GetIndexStatusRequest())
     # no tokens file: every caller is an unlimited admin
     assert status.caller == pb.Caller(role="admin", authenticated=False)
+    assert status.health == pb.ServerHealth(store_up=True, embedder_up=True, log_up=True)
     after = status.figures
     assert after.searches == before.searches + 1
     assert after.chunks_written > before.chunks_written

@@ -369,6 +369,12 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
                 authenticated=self.authenticated,
             ),
             figures=figures_to_pb(figures()),
+            health=pb.ServerHealth(
+                store_up=self.core.store.up,
+                embedder_up=self.core.embedder_watch.up,
+                log_up=self.core.health.log_up,
+                disk_full=self.core.health.disk_full,
+            ),
         )
 
     @rpc(lambda r: {"indexed": r.indexed})

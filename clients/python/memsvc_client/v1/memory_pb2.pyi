@@ -438,7 +438,7 @@ class GetIndexStatusRequest(_message.Message):
     def __init__(self, conversation_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetIndexStatusResponse(_message.Message):
-    __slots__ = ("conversations", "total_conversations", "total_backlog", "pending", "indexing", "failed", "paused", "server", "caller", "figures")
+    __slots__ = ("conversations", "total_conversations", "total_backlog", "pending", "indexing", "failed", "paused", "server", "caller", "figures", "health")
     CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BACKLOG_FIELD_NUMBER: _ClassVar[int]
@@ -449,6 +449,7 @@ class GetIndexStatusResponse(_message.Message):
     SERVER_FIELD_NUMBER: _ClassVar[int]
     CALLER_FIELD_NUMBER: _ClassVar[int]
     FIGURES_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     conversations: _containers.RepeatedCompositeFieldContainer[IndexStatus]
     total_conversations: int
     total_backlog: int
@@ -459,7 +460,20 @@ class GetIndexStatusResponse(_message.Message):
     server: ServerInfo
     caller: Caller
     figures: ServerFigures
-    def __init__(self, conversations: _Optional[_Iterable[_Union[IndexStatus, _Mapping]]] = ..., total_conversations: _Optional[int] = ..., total_backlog: _Optional[int] = ..., pending: _Optional[int] = ..., indexing: _Optional[int] = ..., failed: _Optional[int] = ..., paused: _Optional[bool] = ..., server: _Optional[_Union[ServerInfo, _Mapping]] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ..., figures: _Optional[_Union[ServerFigures, _Mapping]] = ...) -> None: ...
+    health: ServerHealth
+    def __init__(self, conversations: _Optional[_Iterable[_Union[IndexStatus, _Mapping]]] = ..., total_conversations: _Optional[int] = ..., total_backlog: _Optional[int] = ..., pending: _Optional[int] = ..., indexing: _Optional[int] = ..., failed: _Optional[int] = ..., paused: _Optional[bool] = ..., server: _Optional[_Union[ServerInfo, _Mapping]] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ..., figures: _Optional[_Union[ServerFigures, _Mapping]] = ..., health: _Optional[_Union[ServerHealth, _Mapping]] = ...) -> None: ...
+
+class ServerHealth(_message.Message):
+    __slots__ = ("store_up", "embedder_up", "log_up", "disk_full")
+    STORE_UP_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDER_UP_FIELD_NUMBER: _ClassVar[int]
+    LOG_UP_FIELD_NUMBER: _ClassVar[int]
+    DISK_FULL_FIELD_NUMBER: _ClassVar[int]
+    store_up: bool
+    embedder_up: bool
+    log_up: bool
+    disk_full: bool
+    def __init__(self, store_up: _Optional[bool] = ..., embedder_up: _Optional[bool] = ..., log_up: _Optional[bool] = ..., disk_full: _Optional[bool] = ...) -> None: ...
 
 class Caller(_message.Message):
     __slots__ = ("role", "conversation_prefixes", "authenticated")
