@@ -39,8 +39,10 @@ test-fleet: $(VENV)/.dev
 
 # Browser tests: Debian's Chromium (apt-get install chromium; MEMSVC_TEST_CHROMIUM for
 # another path) driven by Playwright against memsvc in a child process.
+# The console's tests also take the README's pictures of it (docs/console/).
 test-browser: $(VENV)/.dev
-	$(PY) -m pytest -q -m browser -p no:cacheprovider tests/browser $(PYTEST_ARGS)
+	MEMSVC_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console \
+		$(PY) -m pytest -q -m browser -p no:cacheprovider tests/browser $(PYTEST_ARGS)
 
 # Embedding through a real OpenAI-compatible server: Infinity (in .venv-infinity, torch
 # first as for memsvc) serving the bundled model. The search and integrity suites run

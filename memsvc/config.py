@@ -247,6 +247,11 @@ class Settings(BaseSettings):
         " https://app.example.com; * = any); empty = none: browsers on other origins are"
         " refused, as without CORS. Calls still need their bearer token; no cookies are used",
     )
+    http_console: bool = Field(
+        True,
+        description="serve the web console at /console on the HTTP port: static pages that"
+        " call the same API with the user's token (roles and tenants apply); false = off",
+    )
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
 

@@ -5,15 +5,17 @@ from __future__ import annotations
 from memsvc.domain.terms import matched_terms, stem
 
 
-def test_words_match_whole_and_by_stem_in_query_order() -> None:
-    text = "User: I painted the fence and went hiking near Lake Tahoe."
-    assert matched_terms("Tahoe hikes painting", text) == ("tahoe", "hikes", "painting")
+def test_text_words_match_whole_and_by_stem_in_text_order() -> None:
+    text = "User: I painted the fence and went hiking near Lake Tahoe. Tahoe!"
+    assert matched_terms("Tahoe hikes painting", text) == ("painted", "hiking", "tahoe")
     assert stem("paints") == stem("painted") == stem("painting") == "paint"
+    assert stem("library") == stem("libraries") == "librari"
+    assert matched_terms("which libraries", "I ask about a library.") == ("library",)
 
 
 def test_common_words_numbers_and_repeats() -> None:
     text = "Assistant: the meeting is at 10 in room 42."
-    assert matched_terms("what is the room at 42 room", text) == ("room", "42")
+    assert matched_terms("what is the 42 room at", text) == ("room", "42")
     assert matched_terms("nothing here", text) == ()
 
 

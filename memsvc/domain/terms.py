@@ -1,8 +1,9 @@
-"""Which words of a query a text contains, as a reader would highlight them (a search's
+"""The words of a text that match a query, as a reader would highlight them (a search's
 explanation). An approximation of the keyword analyzer (jieba words, lower-cased, English
-stemmed), without the analyzer: a query word matches a text word that equals it or shares
-its stem, and a Chinese query matches by its two-character pieces. Very common English
-words are left out: they match nearly every text and explain nothing."""
+stemmed), without the analyzer: a text word matches a query word it equals or shares its
+stem with, and a Chinese query matches by its two-character pieces. Very common English
+words are left out: they match nearly every text and explain nothing. The words come as
+the text has them (lower-cased), so a page can mark them without stemming anything."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 _WORD = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 # English suffixes the Snowball stemmer removes most often, longest first.
-_SUFFIXES = ("ations", "ation", "ings", "ing", "ies", "ied", "ed", "es", "ly", "s")
+_SUFFIXES = ("ations", "ation", "ings", "ing", "ed", "es", "s")
 _COMMON = frozenset(
     "a an and are as at be but by can did do does for from had has have he her his how i if"
     " in is it its me my no not of on or our she so than that the their them then there they"
@@ -20,7 +21,12 @@ _COMMON = frozenset(
 
 
 def stem(word: str) -> str:
-    """A light English stem: enough to match "paints", "painted" and "painting"."""
+    """A light English stem: enough to match "paints", "painted" and "painting", or
+    "library" and "libraries" (a final y becomes i, as Snowball has it)."""
+    if word.endswith("y") and len(word) > 3:
+        return word[:-1] + "i"
+    if word.endswith(("ies", "ied")) and len(word) > 4:
+        return word[:-3] + "i"
     for suffix in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)]
@@ -32,12 +38,13 @@ def _latin_words(text: str) -> list[str]:
 
 
 def matched_terms(query: str, text: str) -> tuple[str, ...]:
-    """The query's words found in `text`, lower-cased, each once, in query order."""
-    words = _latin_words(text)
-    exact, stems = set(words), {stem(w) for w in words}
+    """The words of `text` that match a word of `query`, lower-cased, each once, in text
+    order; then the query's Chinese pieces that `text` holds."""
+    asked = [w for w in _latin_words(query) if w not in _COMMON]
+    exact, stems = set(asked), {stem(w) for w in asked}
     found: list[str] = []
-    for word in _latin_words(query):
-        if word in _COMMON or word in found:
+    for word in _latin_words(text):
+        if word in found or word in _COMMON:
             continue
         if word in exact or stem(word) in stems:
             found.append(word)

@@ -25,6 +25,8 @@ from memsvc.observability import metrics
 from memsvc.storage import datadir
 from memsvc.storage.postgres.database import DatabaseUnreachable
 from memsvc.storage.sqlite.schema import SchemaTooNew
+from memsvc.transports.console import PATH as CONSOLE_PATH
+from memsvc.transports.console import console_routes
 from memsvc.transports.grpc.auth import (
     AuthInterceptor,
     Denial,
@@ -347,12 +349,14 @@ def serve(settings: Settings) -> None:
             gate,
             max_body=settings.max_request_mb * 1024 * 1024,
             cors_origins=settings.cors_origins,
+            pages=console_routes() if settings.http_console else (),
         ).start()
         log.info(
             "http_listening",
             address=f"{settings.http_listen.rpartition(':')[0]}:{http_server.port}",
             protocol="connect",
             cors_origins=settings.cors_origins or "none",
+            console=f"{CONSOLE_PATH}/" if settings.http_console else "off",
         )
     host = settings.listen.rpartition(":")[0]
     log.info(

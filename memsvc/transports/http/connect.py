@@ -30,7 +30,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from memsvc.domain.limits import MAX_REQUEST_BYTES
 from memsvc.v1 import memory_pb2 as pb
@@ -172,11 +172,13 @@ def connect_app(
     gate: Gate | None = None,
     max_body: int = MAX_REQUEST_BYTES,
     cors_origins: Sequence[str] = (),
+    pages: Sequence[BaseRoute] = (),
 ) -> Starlette:
     """The Connect endpoints, forwarding to the gRPC server behind `channel`. `gate`, when
     authentication is on, refuses a call from its headers before its body is read (as the
     gRPC server refuses one before decoding it). `cors_origins`: browser origins that may
-    call (preflights answered, headers exposed); none by default."""
+    call (preflights answered, headers exposed); none by default. `pages`: GET routes
+    served beside the API (the console)."""
     methods = _methods(channel)
 
     async def handle(request: Request) -> Response:
@@ -251,6 +253,7 @@ def connect_app(
         routes=[
             Route(f"/{SERVICE}/{{method}}", handle, methods=["POST"]),
             Route("/openapi.json", openapi, methods=["GET"]),
+            *pages,
         ],
         middleware=middleware,
     )

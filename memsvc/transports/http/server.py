@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import uvicorn
+from starlette.routing import BaseRoute
 
 from memsvc.domain.limits import MAX_REQUEST_BYTES
 from memsvc.transports.http.connect import Gate, connect_app
@@ -51,6 +52,7 @@ class HttpServer:
         gate: Gate | None = None,
         max_body: int = MAX_REQUEST_BYTES,
         cors_origins: Sequence[str] = (),
+        pages: Sequence[BaseRoute] = (),
     ) -> None:
         self.port: int = sock.getsockname()[1]
         self._sock = sock
@@ -62,7 +64,7 @@ class HttpServer:
             ],
         )
         config = uvicorn.Config(
-            connect_app(self._channel, gate, max_body, cors_origins),
+            connect_app(self._channel, gate, max_body, cors_origins, pages),
             log_level="warning",
             access_log=False,
             lifespan="off",
