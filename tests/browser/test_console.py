@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,14 @@ def test_an_admin_watches_appended_turns_become_searchable(page: Any, console: C
     # live figures: the charts draw once two readings are in
     page.click("nav button[data-screen=overview]")
     expect(page.locator("#chart-throughput svg")).to_have_count(1, timeout=30_000)
+    # a reindex of everything, followed to its end on the progress bar
+    page.click("#reindex-all")
+    expect(page.locator("#reindex-text")).to_have_text(re.compile(r"of [1-9]\d* rebuilt"))
+    total = page.locator("#reindex-text").inner_text().split(" of ")[1].split()[0]
+    expect(page.locator("#reindex-text")).to_have_text(
+        f"{total} of {total} rebuilt", timeout=120_000
+    )
+    assert page.locator("#reindex-progress").evaluate("bar => bar.value") == 1
     console.shot(page, "overview")
     page.click("nav button[data-screen=conversations]")
     expect(page.locator("#chunks tbody tr").first).to_contain_text("chk_")
