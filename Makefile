@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: run test test-fleet test-browser test-embedders infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
+.PHONY: run test docs reference test-fleet test-browser test-embedders infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -74,9 +74,10 @@ eval: $(VENV)/.dev
 	EVAL_FILE="$(abspath $(EVAL_FILE))" $(PY) -m pytest -q -s evals $(PYTEST_ARGS)
 
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check memsvc tests evals benchmarks clients/python
-	$(VENV)/bin/ruff format --check memsvc tests evals benchmarks clients/python
-	$(VENV)/bin/mypy memsvc
+	$(VENV)/bin/ruff check memsvc tests evals benchmarks tools clients/python
+	$(VENV)/bin/ruff format --check memsvc tests evals benchmarks tools clients/python
+	$(VENV)/bin/mypy memsvc tools
+	$(PY) clients/python/stubs.py
 	$(VENV)/bin/mypy --strict --exclude 'memsvc_client/v1/' --follow-imports=silent \
 		clients/python/memsvc_client
 	$(VENV)/bin/lint-imports
@@ -88,11 +89,15 @@ proto: $(VENV)/.dev
 		proto/memsvc/v1/memory.proto
 	# the HTTP surface's OpenAPI description, from the same proto and its comments
 	$(PY) -m memsvc.transports.http.openapi proto/memsvc/v1/memory.proto proto > memsvc/v1/openapi.json
-	# the same stubs for clients/python (memsvc-client), importable without the server
-	for f in memory_pb2.py memory_pb2.pyi memory_pb2_grpc.py; do \
-		sed 's/^from memsvc\.v1 import/from memsvc_client.v1 import/' memsvc/v1/$$f \
-			> clients/python/memsvc_client/v1/$$f; \
-	done
+	# clients/python (memsvc-client) takes these stubs at its build: clients/python/stubs.py
+
+# The docs site (docs/, mkdocs.yml) into site/; a broken link or an unlisted page fails.
+docs: $(VENV)/.dev
+	$(PY) -m mkdocs build --strict
+
+# docs/reference/: settings, metrics, error reasons and the API, generated from the code.
+reference: $(VENV)/.dev
+	$(PY) -m tools.reference
 
 # Contract checks and clients in other languages (npm registry; lockfile committed).
 BUF := clients/node_modules/.bin/buf

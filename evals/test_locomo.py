@@ -10,7 +10,7 @@ from memsvc.domain.types import SearchFilters, SearchRequest
 from tests.integration.test_async_grpc import kill_9_mid_indexing
 from tests.test_ingest import build_and_upsert, split_invariance
 
-# Default hybrid search, top_k 10 (benchmarks/RESULTS.md has 0.848; 0.799 before stemming
+# Default hybrid search, top_k 10 (benchmarks/archive/2026-11-25.md has 0.848; 0.799 before stemming
 # and score fusion): a floor that catches a broken or regressed retrieval path, not a
 # tuning target.
 RECALL_AT_10_FLOOR = 0.82

@@ -124,7 +124,9 @@ class Settings(BaseSettings):
     chunk_max_tokens: int = Field(
         512, ge=192, le=8192, description="model tokens per chunk (64 go to the prefix)"
     )
-    search_default_mode: Literal["dense", "keyword", "hybrid"] = "hybrid"
+    search_default_mode: Literal["dense", "keyword", "hybrid"] = Field(
+        "hybrid", description="the mode of an EmbedDb call that names none"
+    )
     search_fusion: Literal["score", "rrf"] = Field(
         "score",
         description="hybrid: score = weighted sum of scores scaled by each list's best,"
@@ -203,7 +205,13 @@ class Settings(BaseSettings):
     )
     index_workers: int = Field(1, ge=0, le=16, description="index worker threads (0 = off)")
     index_batch_conversations: int = Field(8, ge=1, le=256, description="leased per cycle")
-    index_max_attempts: int = Field(5, ge=1, le=100)
+    index_max_attempts: int = Field(
+        5,
+        ge=1,
+        le=100,
+        description="failed indexing attempts before a conversation is `failed` (retried on"
+        " new events or Reindex; store and embedder outages are not counted)",
+    )
     index_backoff_s: float = Field(1.0, gt=0, description="first retry delay, doubled each time")
     index_lease_s: float = Field(
         30.0,
@@ -252,8 +260,14 @@ class Settings(BaseSettings):
         description="serve the web console at /console on the HTTP port: static pages that"
         " call the same API with the user's token (roles and tenants apply); false = off",
     )
-    log_format: Literal["auto", "json", "console"] = "auto"
-    log_level: str = "INFO"
+    log_format: Literal["auto", "json", "console"] = Field(
+        "auto", description="auto = JSON lines off a terminal, console on one"
+    )
+    log_level: str = Field(
+        "INFO",
+        description="INFO logs one line per RPC (method, code, duration_ms, counts), never"
+        " conversation text",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Settings:

@@ -1,3 +1,10 @@
-"""The pure core: types, errors, limits, ids, text cleaning, context prefixes, chunking and
-validation. No I/O, no storage, no transport: everything else depends on this package and
-it depends on nothing of memsvc."""
+"""The pure core. No I/O, no storage, no transport: everything else depends on this package
+and it depends on nothing of memsvc.
+
+- values: `types`, `records`, `errors`, `limits`, `ids`, `hashing`;
+- input: `text` (cleaning, RFC 3339), `validation`, `oversize`;
+- chunks: `chunking`, `prefix` (context prefixes, intent tags), `standing` (standing
+  instructions), `vectors` (what a chunk's vector is made of);
+- search: `terms` (the words a hit matched);
+- who and when: `access` (roles, prefixes), `deadline` (the call's deadline),
+  `model_identity` (which vectors a model writes)."""

@@ -13,7 +13,7 @@ Policy (also in the README):
   own chunk (part_index / part_count); nothing is truncated. A sentence longer than a
   part is cut into slices. Grouped with its neighbours, a long turn would outweigh them
   in the window's vector and cost a caller's turn budget for turns it does not need
-  (benchmarks/RESULTS.md, Retrieval v3).
+  (benchmarks/archive/2026-11-25.md, Retrieval v3).
 - A chunk names at most 64 participants (the first in turn order): whatever the input,
   every chunk fits the model and the store, so what is accepted is indexable.
 - The layout is a pure function of the live turns, so building a conversation in one call

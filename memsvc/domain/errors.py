@@ -119,3 +119,27 @@ class ConversationBusy(Unavailable):
     deadline, or MEMSVC_WRITER_WAIT_S): nothing was written; retry."""
 
     reason = "CONVERSATION_BUSY"
+
+
+# Reasons a call is refused for who calls (google.rpc.ErrorInfo.reason), beside the error
+# classes' own: (status code, when). The transport refuses a token before decoding the
+# request (memsvc.transports.grpc.auth); the services refuse what depends on the request
+# (memsvc.domain.access).
+ACCESS_REASONS: dict[str, tuple[str, str]] = {
+    "TOKEN_MISSING": ("UNAUTHENTICATED", "no `authorization: Bearer <token>` was sent"),
+    "TOKEN_UNKNOWN": ("UNAUTHENTICATED", "the token is not in the tokens file"),
+    "TOKEN_AMBIGUOUS": ("UNAUTHENTICATED", "more than one authorization value was sent"),
+    "ROLE_TOO_LOW": ("PERMISSION_DENIED", "the method needs a higher role than the token's"),
+    "ADMIN_REQUIRED": (
+        "PERMISSION_DENIED",
+        "this form of the call needs role admin (deleted text, every conversation, restore)",
+    ),
+    "CONVERSATION_NOT_ALLOWED": (
+        "PERMISSION_DENIED",
+        "a conversation outside the prefixes the token is limited to",
+    ),
+    "PREFIX_LIMITED": (
+        "PERMISSION_DENIED",
+        "a call on every conversation by a token limited to prefixes",
+    ),
+}

@@ -189,7 +189,7 @@ class Candidate(NamedTuple):
     """A search candidate: id and score, and its whole record when the search read it.
     A search with hundreds of candidates (hybrid) reads ids and content hashes only: their
     texts would cost ~3 ms more per list on one conversation of 205 chunks
-    (benchmarks/RESULTS.md, Speed v3), and the records of the few returned are read
+    (benchmarks/archive/2026-11-25.md, Speed v3), and the records of the few returned are read
     afterwards, unless recently read ones with the same hash are at hand. One with few
     (dense or keyword alone) reads whole records, which saves that second round trip."""
 

@@ -4,7 +4,7 @@
 French", "I prefer minimal dependencies", "以后请用中文回答". Such a turn is given once and
 must still be found fifty turns later, when the user asks for a new task that the rule
 governs: the query is about the task, not about the rule, so ranking alone buries it
-(benchmarks/RESULTS.md, Retrieval v3). A chunk holding one is tagged `instruction`, and
+(benchmarks/archive/2026-11-25.md, Retrieval v3). A chunk holding one is tagged `instruction`, and
 searches return the rules that apply in a list of their own (memsvc.services.search).
 
 Rules, no model: a user (or system) turn is a standing instruction when it has

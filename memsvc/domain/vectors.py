@@ -8,7 +8,8 @@ question asked or the rule given). Every part of a turn unit carries that vector
 search finds a long turn by what it opens with, keyword search by whichever part holds the
 words. On long agent turns this finds more than embedding each part on its own, which
 lets a long answer's many parts crowd out the turns that hold the evidence; and the model
-runs on two short texts per turn, whatever its length (benchmarks/RESULTS.md, Retrieval v3).
+runs on two short texts per turn, whatever its length (benchmarks/archive/2026-11-25.md,
+Retrieval v3).
 """
 
 from __future__ import annotations

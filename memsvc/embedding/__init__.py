@@ -1,2 +1,4 @@
 """Embedding: the local model (`model`: tokenizer + FlagEmbedding-loaded weights), its
-forward-pass runtimes (`backends`: torch or ONNX Runtime), and query batching."""
+forward-pass runtimes (`backends`: torch or ONNX Runtime) and the choice between them per
+machine (`tuning`), query batching (`batching`), an OpenAI-compatible server as the model
+(`remote`, counting tokens with `tokens`), and the configured one (`providers`)."""

@@ -104,7 +104,7 @@ class OnnxBackend:
         options.log_severity_level = 3  # errors only
         # Idle intra-op threads spin, waiting for more work: right for back-to-back passage
         # batches, wrong for one query, whose spinning threads take the cores from the
-        # Milvus searches that run beside and after it (benchmarks/RESULTS.md, Speed v3).
+        # Milvus searches that run beside and after it (benchmarks/archive/2026-11-25.md, Speed v3).
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         self.path = path
         self.threads = threads

@@ -42,7 +42,7 @@ KNOWN_QUERY_INSTRUCTIONS = {
 HUB_CONNECT_TIMEOUT_S = 3.0
 # Padded tokens per passage forward pass. On CPU a pass costs about its padded tokens (and
 # attention grows with length): small batches of long chunks beat 16 at a time, short
-# texts still go 16 together (benchmarks/RESULTS.md, Speed v4).
+# texts still go 16 together (benchmarks/archive/2026-11-25.md, Speed v4).
 PASSAGE_BATCH_TOKENS = 512
 
 

@@ -1,7 +1,8 @@
 """Which runtime runs each model path on this machine, chosen by timing them here.
 
 The ONNX export is faster than torch on some CPUs and slower on others, and the answer
-differs between one short query and a batch of passages (benchmarks/RESULTS.md, Speed v5).
+differs between one short query and a batch of passages (benchmarks/archive/2026-11-25.md,
+Speed v5).
 So no default is right everywhere: at the first start on a machine, and with `memsvc tune`,
 each usable runtime embeds the shapes the service really runs (one short query; passage
 batches at the padded-token budget) and the fastest median wins each path. The record,

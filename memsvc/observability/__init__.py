@@ -1,1 +1,3 @@
-"""Metrics and logs: used by every layer above the domain, importing nothing above it."""
+"""Metrics and logs, used by every layer above the domain and importing nothing above it:
+`metrics` (the Prometheus registry and /metrics), `figures` (running totals for callers
+without Prometheus), `logs` (structured logging)."""

@@ -1,5 +1,7 @@
-"""The interfaces the services use. Storage (SQLite, Milvus) and embedding implement them;
-the composition root (memsvc.app) picks the implementations. Services never import a
+"""The interfaces the services use: `log` (the event log), `store` (the vector store),
+`embedding` (the embedder, query encoder and cache) and `work` (index queue, writer locks,
+notifier). Storage (SQLite, PostgreSQL, Milvus) and embedding implement them; the
+composition root (memsvc.app) picks the implementations. Services never import a
 storage or embedding module, so a new backend is new files under memsvc/storage plus one
 line in memsvc/app.py.
 

@@ -1,3 +1,11 @@
-"""The operations of memsvc, on the interfaces of memsvc.ports: ingest (build, append,
-upsert), deletion (delete, retire, purge), projection (plan, embed, write), search (and
-fusion), indexing (the worker's lease loop), control (pause, reindex, wait), bootstrap."""
+"""The operations of memsvc, on the interfaces of memsvc.ports:
+
+- writes: `ingest` (build, append, upsert), `deletion` (delete, retire, purge);
+- the projection of the log into the store: `projection` (plan, reconcile),
+  `projection_write` (embed and write), `vectors` (through the embedding cache),
+  `indexing` (the worker's lease loop), `bootstrap` (start-up steps), `audit` (the store
+  checked against the log), `fleet` (one projection per fleet);
+- reads: `search`, `fusion` (ranking algorithms), `selection` (which candidates are
+  returned), `recent_records` (records not read twice);
+- running: `control` (pause, reindex, status, wait), `health` (log and disk),
+  `embedder_watch` (whether the embedder answers)."""

@@ -18,7 +18,7 @@ def score_fuse(lists: Sequence[Sequence[Scored]], weights: Sequence[float]) -> l
     best score is not positive adds nothing), over the sum of the weights: best in every
     list scores 1.0. Unlike ranks, scores keep how far apart candidates are: a clear
     winner in one list is not pulled level with the runner-up (LoCoMo dev figures:
-    benchmarks/RESULTS.md)."""
+    benchmarks/archive/2026-11-25.md)."""
     total = sum(weights) or 1.0
     scores: dict[str, float] = {}
     for ranked, weight in zip(lists, weights, strict=True):

@@ -2,7 +2,7 @@
 
 A hybrid search fuses hundreds of candidates that carry ids and content hashes only, then
 reads the records of the few it returns: a second store round trip (~2.5 ms on Milvus
-Lite, a third of a scoped search; benchmarks/RESULTS.md, Speed v4). A conversation being
+Lite, a third of a scoped search; benchmarks/archive/2026-11-25.md, Speed v4). A conversation being
 talked about is searched again and again, and its best chunks come back each time. A
 record is taken from here only for a candidate whose content hash, as the search just
 returned it from the store, is the one kept: text and metadata are then the stored ones

@@ -16,7 +16,7 @@ Beside the hits, a search returns the standing instructions and preferences that
 query, above a floor. They are a list of their own rather than a boost: a rule is about
 how to answer, not about the topic asked, so it ranks below the topic's turns however
 relevant it is, and boosting every rule would push topic turns out of the budget for
-queries no rule governs (benchmarks/RESULTS.md, Retrieval v3).
+queries no rule governs (benchmarks/archive/2026-11-25.md, Retrieval v3).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ class HitSelector:
         layout's text hash) and which turns. So only the hits are read, in one round trip
         unless texts repeat past the slice, never a copy of a text already kept: a read
         costs ~1 ms a round trip and ~0.05 ms a record, whatever the size of the store,
-        and judging a few more ids in the log far less (benchmarks/RESULTS.md, Speed v4).
+        and judging a few more ids in the log far less (benchmarks/archive/2026-11-25.md, Speed v4).
         A hit removed between the search and the read, or one the log cannot judge without
         its record (a superseded tail awaiting removal), is read and judged again, and the
         choice is made anew."""

@@ -1,2 +1,4 @@
-"""How callers reach memsvc: gRPC (`grpc/`) and the command line (`cli/`). Each converts
-its own wire format to the domain's types and calls what memsvc.app builds."""
+"""How callers reach memsvc: `grpc` (the service), `http` (the same RPCs in the Connect
+protocol, bridged to gRPC), `console` (the web console on the HTTP port), `mcp` (memory
+tools for agents, a client of a running server) and `cli` (the `memsvc` command). Each
+converts its own wire format to the domain's types and calls what memsvc.app builds."""

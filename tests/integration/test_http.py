@@ -232,10 +232,10 @@ def test_metrics_say_which_transport(http: Http) -> None:
         time.sleep(0.2)
 
 
-def test_the_readme_curl_examples(http: Http) -> None:
-    """The README's curl block, sent as written (the test server's port and a token added)."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    block = readme.split("### Over HTTP/JSON", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+def test_the_documented_curl_examples(http: Http) -> None:
+    """The HTTP page's curl block, sent as written (the test server's port and a token added)."""
+    page = (Path(__file__).parents[2] / "docs" / "surfaces" / "http.md").read_text()
+    block = page.split("```sh\n", 1)[1].split("```", 1)[0]
     calls = re.findall(
         r"curl -s http://127\.0\.0\.1:8080/memsvc\.v1\.MemoryService/(\w+) "
         r"-H 'Content-Type: application/json' -d '(.*)'",

@@ -61,17 +61,17 @@ def mcp_env() -> dict[str, str]:
     return {"PYTHONPATH": os.getcwd(), "MEMSVC_TOKEN": ""}
 
 
-def readme_host_config() -> dict[str, Any]:
-    """The `mcpServers` entry the README shows a desktop agent."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    blocks = re.findall(r"```json\n(.*?)```", readme, re.S)
+def documented_host_config() -> dict[str, Any]:
+    """The `mcpServers` entry the MCP page shows a desktop agent."""
+    page = (Path(__file__).parents[2] / "docs" / "surfaces" / "mcp.md").read_text()
+    blocks = re.findall(r"```json\n(.*?)```", page, re.S)
     config = next(json.loads(b) for b in blocks if "mcpServers" in b)
     entry: dict[str, Any] = config["mcpServers"]["memory"]
     return entry
 
 
 def stdio(target: str, token: str) -> Client:
-    """Started as an agent host does from `memsvc mcp --print-config` (the README's
+    """Started as an agent host does from `memsvc mcp --print-config` (the MCP page's
     entry): its command and arguments exactly, without the venv on PATH."""
     printed = subprocess.run(
         [sys.executable, "-m", "memsvc", "mcp", "--print-config", "--target", target],
@@ -81,10 +81,12 @@ def stdio(target: str, token: str) -> Client:
         check=True,
     )
     entry = json.loads(printed.stdout)["mcpServers"]["memory"]
-    readme = readme_host_config()
-    assert set(entry) | {"env"} == set(readme) and set(readme["env"]) == {"MEMSVC_TOKEN"}
-    assert entry["args"] == [target if a == "127.0.0.1:50051" else a for a in readme["args"]]
-    assert Path(entry["command"]).is_absolute() and readme["command"].endswith("/.venv/bin/python")
+    documented = documented_host_config()
+    assert set(entry) | {"env"} == set(documented) and set(documented["env"]) == {"MEMSVC_TOKEN"}
+    assert entry["args"] == [target if a == "127.0.0.1:50051" else a for a in documented["args"]]
+    assert Path(entry["command"]).is_absolute() and documented["command"].endswith(
+        "/.venv/bin/python"
+    )
     return Client(
         StdioServerParameters(
             command=entry["command"],

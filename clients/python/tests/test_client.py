@@ -105,14 +105,14 @@ class MemoryClientTest(ServerTestCase):
             self.assertEqual(memory.delete("py-1").events_deleted, 2)
             self.assertEqual(memory.search("Biscuit", conversation_ids=["py-1"]), [])
 
-    def test_the_readme_example(self) -> None:
-        readme = (ROOT / "README.md").read_text()
-        blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    def test_the_documented_example(self) -> None:
+        page = (ROOT / "docs" / "surfaces" / "clients.md").read_text()
+        blocks = re.findall(r"```python\n(.*?)```", page, re.S)
         code = next(b for b in blocks if "from memsvc_client import" in b)
         code = code.replace('"127.0.0.1:50051"', repr(self.target))
         code = code.replace("token=None", f"token={WRITER!r}")
         scope: dict[str, object] = {}
-        exec(compile(code, "README.md", "exec"), scope)
+        exec(compile(code, "docs/surfaces/clients.md", "exec"), scope)
         hits = scope["hits"]
         assert isinstance(hits, list)
         self.assertIn("Biscuit", hits[0].text)

@@ -103,7 +103,7 @@ def _from_row(row: dict[str, Any]) -> StoredChunk:
 
 # What a search returns of each candidate when it does not read whole records: the id
 # comes with every hit; pymilvus decodes each output field cell by cell in Python, which
-# was a quarter of a hybrid search's CPU (benchmarks/RESULTS.md, Speed v4), so one field.
+# was a quarter of a hybrid search's CPU (benchmarks/archive/2026-11-25.md, Speed v4), so one field.
 _CANDIDATE_FIELDS = ["content_hash"]
 
 
@@ -255,7 +255,7 @@ class MilvusChunkStore:
         out: dict[str, StoredChunk] = {}
         # A read by primary key (get/query) costs Milvus Lite ~6 ms at 100,000 rows however
         # few the ids; a FLAT search restricted to the same ids returns the same rows in
-        # ~2.5 ms (benchmarks/RESULTS.md, Speed v3). The probe vector is irrelevant: the
+        # ~2.5 ms (benchmarks/archive/2026-11-25.md, Speed v3). The probe vector is irrelevant: the
         # filter decides which rows come back, and the limit admits all of them.
         probe = [0.0] * self.dim
         for start in range(0, len(chunk_ids), 1000):

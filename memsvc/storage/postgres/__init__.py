@@ -1,6 +1,8 @@
-"""The shared backend: the event log, index queue and embedding cache in one PostgreSQL
-database any number of memsvc processes share, advisory writer locks, and LISTEN/NOTIFY
-wake-ups (MEMSVC_DATABASE_URL)."""
+"""The shared backend (MEMSVC_DATABASE_URL): the event log, index queue and embedding cache
+in one PostgreSQL database any number of memsvc processes share. `database` (the
+connection pool and dialect), `schema` (tables and migrations), `queue` (the index queue
+across replicas), `locks` (advisory writer locks with leases), `notify` (LISTEN/NOTIFY
+wake-ups)."""
 
 from __future__ import annotations
 

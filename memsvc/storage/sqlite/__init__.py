@@ -1,5 +1,7 @@
 """The embedded backend: the event log, index queue and embedding cache in SQLite files
-under the data dir, and in-process writer locks (one process per data dir)."""
+under the data dir (one process per data dir). `database` (connections and dialect),
+`schema` (tables and migrations), `locks` (in-process writer locks), `notify` (in-process
+wake-ups)."""
 
 from __future__ import annotations
 

@@ -1,2 +1,3 @@
-"""The `memsvc` command: `serve` and `health` (`main`), and the client commands of a running
-server (`client`)."""
+"""The `memsvc` command: `serve`, `health`, `migrate` and `tune` (`main`; `probe` checks
+health, `tune` measures the runtimes), and the client commands of a running server
+(`client`, with `append`, `mcp` and the `connection` every command shares)."""

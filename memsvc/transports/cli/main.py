@@ -15,7 +15,7 @@ from memsvc.observability.logs import configure_logging
 from memsvc.transports.cli.client import add_client_commands, run_client
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memsvc", description="conversation-memory sidecar")
     sub = parser.add_subparsers(dest="command", required=True)
     parser.add_argument("--version", action="version", version=f"memsvc {package_version()}")
@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def settings_from_args(argv: list[str] | None = None) -> Settings:
-    return _settings(_parser().parse_args(argv))
+    return _settings(build_parser().parse_args(argv))
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -117,7 +117,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.command == "health":
         from memsvc.transports.cli.probe import check_health
 

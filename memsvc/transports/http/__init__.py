@@ -1,1 +1,2 @@
-"""HTTP/JSON: every MemoryService RPC in the Connect protocol, bridged to gRPC."""
+"""HTTP/JSON: every MemoryService RPC in the Connect protocol (`connect`, bridged to gRPC),
+its OpenAPI description (`openapi`, generated from the proto), and the listener (`server`)."""

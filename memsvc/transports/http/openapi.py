@@ -60,7 +60,7 @@ CONNECT_ERROR = {
 }
 
 
-def _comments(file: descriptor_pb2.FileDescriptorProto) -> dict[tuple[int, ...], str]:
+def comments(file: descriptor_pb2.FileDescriptorProto) -> dict[tuple[int, ...], str]:
     """Leading comments by descriptor path (message 4,i; field 4,i,2,j; enum 5,i; ...),
     without paragraphs addressed to the proto's maintainers."""
     out = {}
@@ -84,13 +84,13 @@ def _field_schema(field: descriptor_pb2.FieldDescriptorProto) -> dict[str, Any]:
 
 def document(file: descriptor_pb2.FileDescriptorProto) -> dict[str, Any]:
     """The OpenAPI document of `file`'s one service (its version: the package's, v1)."""
-    comments = _comments(file)
+    described_at = comments(file)
     schemas: dict[str, Any] = {"ConnectError": CONNECT_ERROR}
     for i, message in enumerate(file.message_type):
         properties = {}
         for j, field in enumerate(message.field):
             schema = _field_schema(field)
-            described = comments.get((4, i, 2, j), "")
+            described = described_at.get((4, i, 2, j), "")
             if described:
                 # a $ref takes no siblings in older tools: wrap it
                 schema = (
@@ -101,20 +101,20 @@ def document(file: descriptor_pb2.FileDescriptorProto) -> dict[str, Any]:
             properties[field.json_name] = schema
         schemas[message.name] = {
             "type": "object",
-            "description": comments.get((4, i), ""),
+            "description": described_at.get((4, i), ""),
             "properties": properties,
         }
     for i, enum in enumerate(file.enum_type):
         names = [v.name for v in enum.value]
         values = "; ".join(
-            f"{v.name}: {comments[(5, i, 2, k)]}"
+            f"{v.name}: {described_at[(5, i, 2, k)]}"
             for k, v in enumerate(enum.value)
-            if (5, i, 2, k) in comments
+            if (5, i, 2, k) in described_at
         )
         schemas[enum.name] = {
             "type": "string",
             "enum": names,
-            "description": " ".join(x for x in (comments.get((5, i), ""), values) if x),
+            "description": " ".join(x for x in (described_at.get((5, i), ""), values) if x),
         }
     [service] = file.service
     package = f"{file.package}.{service.name}"
@@ -124,7 +124,7 @@ def document(file: descriptor_pb2.FileDescriptorProto) -> dict[str, Any]:
         paths[f"/{package}/{method.name}"] = {
             "post": {
                 "operationId": method.name,
-                "summary": comments.get((6, 0, 2, k), method.name),
+                "summary": described_at.get((6, 0, 2, k), method.name),
                 "tags": [service.name],
                 "parameters": [
                     {
@@ -166,7 +166,7 @@ def document(file: descriptor_pb2.FileDescriptorProto) -> dict[str, Any]:
         "info": {
             "title": "memsvc HTTP API (Connect protocol, JSON)",
             "version": file.package.rpartition(".")[2],
-            "description": comments.get((12,), "")
+            "description": described_at.get((12,), "")
             or "Every memsvc.v1.MemoryService RPC as POST /memsvc.v1.MemoryService/<Method>.",
         },
         "paths": paths,
@@ -179,8 +179,8 @@ def document(file: descriptor_pb2.FileDescriptorProto) -> dict[str, Any]:
     }
 
 
-def generate(proto: Path, include: Path) -> str:
-    """The document as JSON text, from protoc's descriptor of `proto` with source info."""
+def descriptor(proto: Path, include: Path) -> descriptor_pb2.FileDescriptorProto:
+    """protoc's descriptor of `proto`, with source info (its comments)."""
     from grpc_tools import protoc  # type: ignore[import-untyped]
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -196,7 +196,12 @@ def generate(proto: Path, include: Path) -> str:
             raise RuntimeError(f"protoc failed on {proto}")
         files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
     [file] = files.file
-    return json.dumps(document(file), indent=2, ensure_ascii=False) + "\n"
+    return file
+
+
+def generate(proto: Path, include: Path) -> str:
+    """The document as JSON text."""
+    return json.dumps(document(descriptor(proto, include)), indent=2, ensure_ascii=False) + "\n"
 
 
 def main() -> None:

@@ -1,2 +1,3 @@
-"""Generated from proto/memsvc/v1/memory.proto by `make proto` (do not edit): the same
-messages as the server's memsvc.v1, importable without the server."""
+"""Generated from proto/memsvc/v1/memory.proto: the same messages as the server's memsvc.v1,
+importable without the server. The files are written at build time from the server's stubs
+(clients/python/stubs.py), so the repository holds the generated code once."""

@@ -1,0 +1,93 @@
+"""Docs that stay true (issue 42): the reference pages are what the code generates, the
+site builds with `mkdocs build --strict`, every link of the README and the pages resolves,
+every `make` target they name exists, the README stays short, every package's docstring
+names what the package holds, and no module outgrows a reader's head."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools import reference
+
+ROOT = Path(__file__).parents[1]
+PAGES = sorted((ROOT / "docs").rglob("*.md"))
+MODULE_LINES = 450
+
+
+@pytest.mark.parametrize("name", sorted(reference.PAGES))
+def test_reference_pages_are_generated_from_the_code(name: str) -> None:
+    checked_in = (reference.OUT / name).read_text()
+    assert checked_in == reference.PAGES[name](), (
+        f"docs/reference/{name} differs from the code: run `make reference`"
+    )
+
+
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "reference" / "settings" / "index.html").is_file()
+
+
+def _links(path: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+@pytest.mark.parametrize("path", [ROOT / "README.md", *PAGES], ids=lambda p: p.name)
+def test_relative_links_resolve(path: Path) -> None:
+    for link in _links(path):
+        if re.match(r"^[a-z]+:", link) or link.startswith("#"):
+            continue
+        target = (path.parent / link.split("#", 1)[0]).resolve()
+        assert target.exists(), f"{path.relative_to(ROOT)}: {link}"
+
+
+def test_every_make_target_named_exists() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
+    for path in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *PAGES]:
+        named = set(re.findall(r"(?:`|^)make ([a-z][\w-]*)", path.read_text(), re.M))
+        assert named <= targets, f"{path.relative_to(ROOT)}: {named - targets}"
+
+
+def test_the_readme_is_a_first_hour() -> None:
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+def _packages() -> list[Path]:
+    return sorted(p.parent for p in (ROOT / "memsvc").rglob("__init__.py") if "v1" not in p.parts)
+
+
+@pytest.mark.parametrize("package", _packages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_package_docstrings_name_what_they_hold(package: Path) -> None:
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    named = set(re.findall(r"`([\w.]+)`", doc))
+    held = {
+        p.stem
+        for p in package.iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__" and p.stem != "__main__")
+        or (p.is_dir() and (p / "__init__.py").exists())
+    }
+    assert held <= named, f"{package.relative_to(ROOT)}: its docstring does not name {held - named}"
+
+
+def test_no_module_outgrows_a_reader() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / "memsvc").rglob("*.py")
+        if "v1" not in p.parts and (n := len(p.read_text().splitlines())) > MODULE_LINES
+    }
+    assert long == {}
