@@ -16,7 +16,7 @@ from memsvc.domain.types import (
     SearchRequest,
     TurnRange,
 )
-from memsvc.services.ingest import TurnsDeleted
+from memsvc.services.turns import TurnsDeleted
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, turn
 from tests.support.conversations import generate
 

@@ -20,7 +20,7 @@ from memsvc.domain.types import (
     TurnRange,
 )
 from memsvc.embedding.model import Embedder
-from memsvc.services.ingest import TurnsDeleted
+from memsvc.services.turns import TurnsDeleted
 from tests.conftest import EN_TURNS, conversation, make_settings, turn
 from tests.support.waiting import worker_held
 

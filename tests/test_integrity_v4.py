@@ -19,7 +19,7 @@ from memsvc.domain.hashing import text_hash
 from memsvc.domain.types import SearchFilters, SearchMode, SearchRequest, TurnRange
 from memsvc.domain.vectors import gist
 from memsvc.embedding.model import Embedder
-from memsvc.services.ingest import TurnsDeleted
+from memsvc.services.turns import TurnsDeleted
 from tests.conftest import EN_TURNS, conversation, make_settings, turn
 from tests.support.fleet import MilvusServer
 from tests.support.waiting import until_idle

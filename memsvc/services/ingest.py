@@ -5,14 +5,13 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass
 
 import structlog
 
 from memsvc.domain import oversize, validation
 from memsvc.domain.access import FULL, Access
-from memsvc.domain.errors import FailedPrecondition, InvalidArgument
+from memsvc.domain.errors import InvalidArgument
 from memsvc.domain.limits import MAX_TURN_CHARS
 from memsvc.domain.oversize import Oversize
 from memsvc.domain.records import Conversation, EventRow
@@ -30,6 +29,12 @@ from memsvc.domain.types import (
 )
 from memsvc.ports import ChunkStore, Embedder, EventLog, LogWriter, WriterLocks
 from memsvc.services.projection import Projector, Replan
+from memsvc.services.turns import (
+    TurnsDeleted,
+    after_last_turn,
+    changed_events,
+    provisional_ids,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -111,7 +116,7 @@ class IngestService:
                 row = tx.open_conversation(conv, chunk_version or self.default_version)
                 version = _build_version(tx, row, chunk_version)
                 if rows:
-                    changed = _changed_events(tx, conv, rows, allow_gaps, restore)
+                    changed = changed_events(tx, conv, rows, allow_gaps, restore)
                     if changed:
                         seq = tx.record_change(conv, turns=len(changed), delay_s=self.build_grace_s)
                         tx.put_events(changed, seq)
@@ -160,7 +165,7 @@ class IngestService:
             access.need_admin("restoring deleted turns", "restore")
         validation.event_count(events)
         if assign_turn_ids:
-            events = _provisional_ids(events)
+            events = provisional_ids(events)
         events, truncated = self._fit(events)
         by_conv: dict[str, list[tuple[int, MemoryEvent]]] = {}
         errors: list[RecordError] = []
@@ -190,9 +195,9 @@ class IngestService:
                     with tx.savepoint():
                         tx.open_conversation(conv, self.default_version)
                         if assign_turn_ids:
-                            rows = _numbered(tx, conv, rows)
+                            rows = after_last_turn(tx, conv, rows)
                             numbered[conv] = rows[0].turn_id
-                        changed = _changed_events(tx, conv, rows, allow_gaps, restore)
+                        changed = changed_events(tx, conv, rows, allow_gaps, restore)
                         if changed:
                             tx.put_events(changed, tx.record_change(conv, turns=len(changed)))
                 except InvalidArgument as exc:
@@ -336,70 +341,6 @@ def _build_version(tx: LogWriter, row: Conversation, requested: int) -> int:
     return requested
 
 
-def _provisional_ids(events: Sequence[MemoryEvent]) -> list[MemoryEvent]:
-    """Events to be numbered by the server: each must come without a turn id (0), and gets
-    its place among its conversation's events in this call (the transaction adds the base);
-    one without a timestamp gets the time of receipt."""
-    received = datetime.now(UTC).isoformat(timespec="milliseconds")
-    places: dict[str, int] = {}
-    out = []
-    for i, e in enumerate(events):
-        if e.turn_id != 0:
-            raise InvalidArgument(
-                f"events[{i}].turn_id", "must be unset (0) with assign_turn_ids: the server numbers"
-            )
-        key = normal_id(e.conversation_id)
-        place = places.get(key, 0)
-        places[key] = place + 1
-        out.append(replace(e, turn_id=place, timestamp=e.timestamp or received))
-    return out
-
-
-def _numbered(tx: LogWriter, conv: str, rows: list[EventRow]) -> list[EventRow]:
-    """`rows` (numbered 0.. in the order sent) moved after the conversation's last turn,
-    deleted and purged turns included: an id once used is never given again."""
-    _, hi, count = tx.turn_stats(conv)
-    base = hi + 1 if count else 0
-    return [replace(r, turn_id=base + r.turn_id) for r in rows]
-
-
-def _changed_events(
-    tx: LogWriter, conv: str, rows: list[EventRow], allow_gaps: bool, restore: bool = False
-) -> list[EventRow]:
-    """The new, edited and (with `restore`) restored turns; identical re-sends are no-ops;
-    gaps refused unless allowed. A deleted turn (after a purge, a tombstone) stays deleted:
-    sent again without `restore` it is TurnsDeleted, never taken silently for a duplicate.
-    The caller writes them."""
-    stored = tx.events(conv, (r.turn_id for r in rows))
-    deleted = sorted(r.turn_id for r in rows if r.turn_id in stored and stored[r.turn_id].deleted)
-    if deleted and not restore:
-        raise TurnsDeleted(conv, deleted)
-    changed = [
-        r
-        for r in rows
-        if r.turn_id not in stored
-        or stored[r.turn_id].deleted
-        or not stored[r.turn_id].same_content(r)
-    ]
-    new_ids = sorted(r.turn_id for r in rows if r.turn_id not in stored)
-    if not allow_gaps and new_ids:
-        _check_no_gap(tx, conv, new_ids)
-    return changed
-
-
-def _check_no_gap(tx: LogWriter, conv: str, new_ids: list[int]) -> None:
-    lo, hi, count = tx.turn_stats(conv)
-    all_lo = min([*new_ids, lo] if count else new_ids)
-    all_hi = max([*new_ids, hi] if count else new_ids)
-    if all_hi - all_lo + 1 != count + len(new_ids):
-        have = f"turns {lo}..{hi}" if count else "no turns"
-        raise InvalidArgument(
-            "events.turn_id",
-            f"turn ids {new_ids[0]}..{new_ids[-1]} leave a gap (conversation has {have});"
-            " send the missing turns or set allow_gaps",
-        )
-
-
 def _event_ref(e: MemoryEvent | EventRow) -> str:
     return f"{e.conversation_id}#{e.turn_id}"
 
@@ -431,19 +372,3 @@ def _decode_page_token(token: str) -> int:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
     raise InvalidArgument("page_token", "not a token from a previous ListChunks response")
-
-
-class TurnsDeleted(FailedPrecondition):
-    """Events re-sent for turns that were deleted: they stay deleted unless restored."""
-
-    reason = "TURN_DELETED"
-
-    def __init__(self, conversation_id: str, turn_ids: list[int]) -> None:
-        shown = ", ".join(str(t) for t in turn_ids[:10]) + (" ..." if len(turn_ids) > 10 else "")
-        super().__init__(
-            f"turns {shown} of conversation {conversation_id!r} were deleted and stay deleted;"
-            " nothing of this conversation was written. To bring them back from an export,"
-            " send them again with restore (admin role: `memsvc append --restore`); new"
-            " turns need new turn ids"
-        )
-        self.turn_ids = turn_ids
