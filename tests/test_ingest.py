@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from memsvc.domain.types import (
 from memsvc.services.turns import TurnsDeleted
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, turn
 from tests.support.conversations import generate
+from tests.support.waiting import until_idle
 
 
 @pytest.fixture()
@@ -278,3 +280,61 @@ def test_server_numbered_appends_never_collide(services_on_both: Services) -> No
         assign_turn_ids=True,
     )
     assert bad.turn_ids == [24, -1] and bad.errors
+
+
+def test_payload_comes_back_exactly_and_is_never_searched(services: Services) -> None:
+    """MemoryEvent.payload (issue 39): an agent framework's raw item, kept as sent and
+    returned by export, never in a chunk or a search; part of the turn's content (a new
+    payload is an edit); erased by a purge; checked when it arrives."""
+    svc = services
+    item = '{"type": "function_call", "name": "lookup_zebra", "arguments": "{\\"q\\": \\"斑马\\"}"}'
+    events = [
+        MemoryEvent("pl", 0, "user", "Which animal has stripes?", "2026-02-02T10:00:00+00:00"),
+        MemoryEvent("pl", 1, "assistant", "[tool call]", "2026-02-02T10:00:01+00:00", payload=item),
+        MemoryEvent("pl", 2, "system", "", "2026-02-02T10:00:02+00:00", payload='{"k": []}'),
+    ]
+    assert svc.ingest.append(events).accepted == 3
+    until_idle(svc, "pl", timeout_s=120)
+    exported, _ = svc.ingest.export_events("pl", 0, "")
+    assert [e.payload for e in exported] == ["", item, '{"k": []}']
+    assert all("zebra" not in c for c in live(svc, "pl").values())
+    for mode in (SearchMode.KEYWORD, SearchMode.DENSE):
+        found = svc.search.search(
+            SearchRequest(
+                "lookup_zebra", filters=SearchFilters(conversation_ids=("pl",)), mode=mode
+            )
+        )
+        assert all("zebra" not in h.text for h in found.hits)
+    # the same payload again is a duplicate; another one is an edit
+    assert svc.ingest.append(events[1:2]).duplicates == 1
+    edited = dataclasses.replace(events[1], payload=item.replace("zebra", "okapi"))
+    assert svc.ingest.append([edited]).accepted == 1
+    assert "okapi" in svc.ingest.export_events("pl", 0, "")[0][1].payload
+    # over the limit: refused, naming the field
+    huge = dataclasses.replace(events[0], turn_id=3, payload="x" * 1_024_001)
+    bad = svc.ingest.append([huge])
+    assert bad.accepted == 0 and "events[0].payload" in bad.errors[0].message
+    # a purge erases it with the text
+    svc.deletion.delete("pl", TurnRange(1, 1), [])
+    svc.deletion.purge_deleted("pl")
+    with svc.log.snapshot() as r:
+        assert r.events("pl", [1])[1].payload == ""
+
+
+def test_a_log_of_the_previous_schema_gains_payloads(tmp_path: Path) -> None:
+    """An event log written before payloads (schema 2) opens: its events have none."""
+    from memsvc.storage.sqlite import LOG_FILE, open_log
+    from memsvc.storage.sqlite.database import SqliteDatabase
+    from memsvc.storage.sqlite.schema import LOG_MIGRATIONS, migrate
+
+    old = SqliteDatabase(tmp_path / LOG_FILE)
+    with old.transaction() as sql:
+        assert migrate(sql, LOG_MIGRATIONS[:2], "old log") == 2
+        sql.run(
+            "INSERT INTO events (conversation_id, turn_id, speaker, speaker_name, text,"
+            " clean_text, timestamp, participants, tokens) VALUES"
+            " ('old', 0, 'user', '', 'hi', 'hi', '2026-01-01T00:00:00+00:00', '[]', 1)"
+        )
+    log, _, _ = open_log(tmp_path)
+    with log.snapshot() as r:
+        assert r.events("old", [0])[0].payload == "" and r.events("old", [0])[0].text == "hi"

@@ -45,8 +45,11 @@ class EventRow:
     participants: tuple[str, ...]
     tokens: int
     deleted: bool = False
+    payload: str = ""
 
     def same_content(self, other: EventRow) -> bool:
+        if self.payload != other.payload:
+            return False
         return (self.speaker, self.speaker_name, self.text, self.timestamp, self.participants) == (
             other.speaker,
             other.speaker_name,

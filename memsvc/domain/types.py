@@ -17,6 +17,8 @@ class MemoryEvent:
     timestamp: str
     participants: tuple[str, ...] = ()
     speaker_name: str = ""
+    # Kept as sent and returned by ExportEvents; never chunked or searched.
+    payload: str = ""
 
 
 @dataclass(frozen=True)

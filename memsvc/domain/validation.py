@@ -20,6 +20,7 @@ from memsvc.domain.limits import (
     MAX_INTENT_TAG_CHARS,
     MAX_NAME_CHARS,
     MAX_PARTICIPANTS,
+    MAX_PAYLOAD_CHARS,
     MAX_TIMESTAMP_CHARS,
     MAX_TURN_CHARS,
 )
@@ -147,6 +148,8 @@ def event(e: MemoryEvent, field: str, max_text_chars: int = MAX_TURN_CHARS) -> M
             f"{field}.text",
             f"longer than {max_text_chars:,} characters (MEMSVC_MAX_TURN_CHARS)",
         )
+    if len(e.payload) > MAX_PAYLOAD_CHARS:
+        raise InvalidArgument(f"{field}.payload", f"longer than {MAX_PAYLOAD_CHARS:,} characters")
     participants = names(e.participants, f"{field}.participants")
     speaker_name = name(e.speaker_name, f"{field}.speaker_name") if e.speaker_name else ""
     return replace(e, conversation_id=conv, participants=participants, speaker_name=speaker_name)

@@ -236,6 +236,7 @@ class IngestService:
                 timestamp=e.timestamp,
                 participants=tuple(clean_text(p) for p in e.participants),
                 tokens=n,
+                payload=e.payload,
             )
             for e, c, n in zip(events, cleaned, tokens, strict=True)
         ]
@@ -286,6 +287,7 @@ class IngestService:
                 timestamp=e.timestamp,
                 participants=tuple(e.participants),
                 speaker_name=e.speaker_name,
+                payload=e.payload,
             )
             for e in rows[:size]
         ]

@@ -30,7 +30,7 @@ SEARCH_ORDER_TIME: SearchOrder
 SEARCH_ORDER_NEWEST: SearchOrder
 
 class MemoryEvent(_message.Message):
-    __slots__ = ("conversation_id", "turn_id", "speaker", "text", "timestamp", "participants", "speaker_name")
+    __slots__ = ("conversation_id", "turn_id", "speaker", "text", "timestamp", "participants", "speaker_name", "payload")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     SPEAKER_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class MemoryEvent(_message.Message):
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
     SPEAKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     turn_id: int
     speaker: str
@@ -45,7 +46,8 @@ class MemoryEvent(_message.Message):
     timestamp: str
     participants: _containers.RepeatedScalarFieldContainer[str]
     speaker_name: str
-    def __init__(self, conversation_id: _Optional[str] = ..., turn_id: _Optional[int] = ..., speaker: _Optional[str] = ..., text: _Optional[str] = ..., timestamp: _Optional[str] = ..., participants: _Optional[_Iterable[str]] = ..., speaker_name: _Optional[str] = ...) -> None: ...
+    payload: str
+    def __init__(self, conversation_id: _Optional[str] = ..., turn_id: _Optional[int] = ..., speaker: _Optional[str] = ..., text: _Optional[str] = ..., timestamp: _Optional[str] = ..., participants: _Optional[_Iterable[str]] = ..., speaker_name: _Optional[str] = ..., payload: _Optional[str] = ...) -> None: ...
 
 class TurnRange(_message.Message):
     __slots__ = ("start", "end")

@@ -107,7 +107,12 @@ def _v1(sql: Sql) -> None:
             sql.run(statement)
 
 
-MIGRATIONS: tuple[Migration, ...] = (_v1,)
+def _v2(sql: Sql) -> None:
+    """Events keep an opaque payload beside their text (MemoryEvent.payload)."""
+    sql.run("ALTER TABLE events ADD COLUMN payload TEXT NOT NULL DEFAULT ''")
+
+
+MIGRATIONS: tuple[Migration, ...] = (_v1, _v2)
 
 
 def migrate(sql: Sql, migrations: Sequence[Migration] = MIGRATIONS) -> tuple[int, int]:

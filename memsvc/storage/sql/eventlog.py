@@ -23,7 +23,7 @@ from memsvc.storage.sql.work import WorkQueries
 
 _EVENT_COLS = (
     "conversation_id, turn_id, speaker, speaker_name, text, clean_text, timestamp,"
-    " participants, tokens, deleted"
+    " participants, tokens, deleted, payload"
 )
 _savepoints = count()
 
@@ -40,6 +40,7 @@ def _event(r: Row) -> EventRow:
         participants=tuple(json.loads(str(r[7]))),
         tokens=int(r[8]),
         deleted=bool(r[9]),
+        payload=str(r[10]),
     )
 
 
@@ -110,12 +111,13 @@ class SqlLog(LayoutQueries, WorkQueries):
 
     def put_events(self, events: Iterable[EventRow], seq: int) -> None:
         self.sql.many(
-            f"INSERT INTO events ({_EVENT_COLS}, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+            f"INSERT INTO events ({_EVENT_COLS}, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT (conversation_id, turn_id) DO UPDATE SET"
             " speaker = excluded.speaker, speaker_name = excluded.speaker_name,"
             " text = excluded.text, clean_text = excluded.clean_text,"
             " timestamp = excluded.timestamp, participants = excluded.participants,"
-            " tokens = excluded.tokens, deleted = excluded.deleted, seq = excluded.seq",
+            " tokens = excluded.tokens, deleted = excluded.deleted, payload = excluded.payload,"
+            " seq = excluded.seq",
             (
                 (
                     e.conversation_id,
@@ -128,6 +130,7 @@ class SqlLog(LayoutQueries, WorkQueries):
                     json.dumps(list(e.participants), ensure_ascii=False),
                     e.tokens,
                     int(e.deleted),
+                    e.payload,
                     seq,
                 )
                 for e in events
@@ -204,7 +207,7 @@ class SqlLog(LayoutQueries, WorkQueries):
             )
         ]
         self.sql.run(
-            "UPDATE events SET text = '', clean_text = '', speaker_name = '',"
+            "UPDATE events SET text = '', clean_text = '', speaker_name = '', payload = '',"
             " participants = '[]', tokens = 0, purged = 1, seq = ?"
             " WHERE conversation_id = ? AND deleted = 1 AND purged = 0",
             (seq, conversation_id),

@@ -196,7 +196,12 @@ def _log_v2(sql: Sql) -> None:
     sql.run("DROP TABLE store_versions")
 
 
-LOG_MIGRATIONS: tuple[Migration, ...] = (_log_v1, _log_v2)
+def _log_v3(sql: Sql) -> None:
+    """Events keep an opaque payload beside their text (MemoryEvent.payload)."""
+    sql.run("ALTER TABLE events ADD COLUMN payload TEXT NOT NULL DEFAULT ''")
+
+
+LOG_MIGRATIONS: tuple[Migration, ...] = (_log_v1, _log_v2, _log_v3)
 
 
 def _cache_v1(sql: Sql) -> None:

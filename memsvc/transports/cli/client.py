@@ -291,7 +291,10 @@ def cmd_export(stub: Stub, args: argparse.Namespace) -> int:
                 timeout=120,
             )
             for event in reply.events:
-                sink.write(json.dumps(_as_dict(event), ensure_ascii=False) + "\n")
+                line = _as_dict(event)
+                if not line["payload"]:  # only callers that keep one see the field
+                    del line["payload"]
+                sink.write(json.dumps(line, ensure_ascii=False) + "\n")
             count += len(reply.events)
             token = reply.next_page_token
             if not token:

@@ -45,6 +45,7 @@ def event_from_pb(e: pb.MemoryEvent) -> MemoryEvent:
         timestamp=e.timestamp,
         participants=tuple(e.participants),
         speaker_name=e.speaker_name,
+        payload=e.payload,
     )
 
 
@@ -57,6 +58,7 @@ def event_to_pb(e: MemoryEvent) -> pb.MemoryEvent:
         timestamp=e.timestamp,
         participants=list(e.participants),
         speaker_name=e.speaker_name,
+        payload=e.payload,
     )
 
 

@@ -425,6 +425,7 @@ async function exportConversation() {
     conversation_id: e.conversationId, turn_id: Number(e.turnId || 0), speaker: e.speaker,
     text: e.text, timestamp: e.timestamp, participants: e.participants || [],
     speaker_name: e.speakerName || "",
+    ...(e.payload ? {payload: e.payload} : {}),
   }) + "\n").join("");
   const link = el("a", null, {download: id.replace(/[^\w.-]+/g, "_") + ".jsonl"});
   link.href = URL.createObjectURL(new Blob([lines], {type: "application/x-ndjson"}));
