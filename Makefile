@@ -116,11 +116,12 @@ proto-check: clients/node_modules/.installed
 CLIENT_VENV := clients/python/.venv
 $(CLIENT_VENV)/.installed: clients/python/pyproject.toml
 	test -x $(CLIENT_VENV)/bin/python || $(PYTHON) -m venv $(CLIENT_VENV)
-	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check "./clients/python[langchain]"
+	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check "./clients/python[langchain,openai-agents]"
 	touch $@
 
 test-clients: $(VENV)/.dev clients/node_modules/.installed $(CLIENT_VENV)/.installed
 	cd clients && npm test
+	$(PY) clients/python/stubs.py
 	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps \
 		--force-reinstall ./clients/python
 	cd clients/python && MEMSVC_PYTHON=$(abspath $(PY)) .venv/bin/python -m unittest discover \

@@ -19,6 +19,7 @@ from memsvc_client import MemoryClient, MemsvcError, pb
 ROOT = Path(__file__).resolve().parents[3]
 WRITER = "writer-token-for-the-python-client"
 READER = "reader-token-for-the-python-client"
+ADMIN = "admin-token-for-the-python-client"
 
 
 def free_port() -> int:
@@ -38,7 +39,7 @@ def turn(conversation: str, turn_id: int, text: str) -> pb.MemoryEvent:
 
 
 class ServerTestCase(unittest.TestCase):
-    """A real memsvc (the server's venv) with writer and reader tokens, for the class."""
+    """A real memsvc (the server's venv) with writer, reader and admin tokens, for the class."""
 
     server: subprocess.Popen[bytes]
     target: str
@@ -48,7 +49,7 @@ class ServerTestCase(unittest.TestCase):
     def setUpClass(cls) -> None:
         cls.tmp = tempfile.TemporaryDirectory()
         tokens = Path(cls.tmp.name) / "tokens"
-        tokens.write_text(f"writer {WRITER}\nreader {READER}\n")
+        tokens.write_text(f"writer {WRITER}\nreader {READER}\nadmin {ADMIN}\n")
         port = free_port()
         cls.target = f"127.0.0.1:{port}"
         python = os.environ.get("MEMSVC_PYTHON", str(ROOT / ".venv" / "bin" / "python"))

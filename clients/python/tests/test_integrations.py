@@ -91,3 +91,18 @@ class LangChainTest(ServerTestCase):
             )
             self.assertEqual(len(docs), 1)
             self.assertIn("peanuts", docs[0].page_content)
+
+
+class LangChainReadmeSnippetTest(ServerTestCase):
+    def test_the_readme_snippet_runs(self) -> None:
+        from .test_openai_agents import readme_snippet
+
+        code = readme_snippet("integrations.langchain")
+        code = code.replace('"127.0.0.1:50051"', repr(self.target))
+        code = code.replace("token=None", f"token={WRITER!r}")
+        scope: dict[str, object] = {}
+        exec(compile(code, "README.md", "exec"), scope)
+        docs = scope["docs"]
+        assert isinstance(docs, list)
+        self.assertIn("Miso", docs[0].page_content)
+        self.assertEqual(docs[0].metadata["conversation_id"], "user-7")

@@ -1,0 +1,179 @@
+"""memsvc as an OpenAI Agents SDK session (`pip install 'memsvc-client[openai-agents]'`).
+
+`MemsvcSession` implements the SDK's `Session` protocol (`get_items`, `add_items`,
+`pop_item`, `clear_session`): pass it as `Runner.run(agent, input, session=...)`. Unlike
+the SDK's file and SQLite sessions, any number of processes may share one session: memsvc
+numbers the items and holds the conversation while it writes.
+
+How the SDK's items map onto memsvc:
+- `session_id` is the conversation id (with a token limited to a tenant's prefixes, give
+  an id within them, e.g. "acme/" + the user's id).
+- Each item (`TResponseInputItem`: a message, a function call, its output, a reasoning
+  item, ...) is one turn. Its JSON, exactly as added, is the turn's `payload`, and
+  `get_items` returns it unchanged: tool calls and structured content round-trip.
+- The turn's `text`, which memsvc chunks and searches, is what the item says: a message's
+  content (or the text parts of its content list), a function call's name and arguments, a
+  tool's output, a reasoning summary; `[<type>]` when it says nothing. At most
+  `max_text_chars` of it (the server's `MEMSVC_MAX_TURN_CHARS`, 100,000 by default): a huge
+  tool output is searchable by its head and still comes back whole.
+- Speaker: role user -> "user"; role assistant, and calls the model makes (function,
+  computer, search calls, reasoning) -> "assistant"; role system or developer, and the
+  outputs of calls -> "system".
+- Turn ids and timestamps are the server's (`assign_turn_ids`: the ids after the
+  conversation's last turn, the time of receipt): writers in several processes never
+  collide, and each call's items stay in order.
+- `pop_item` deletes the newest live turn and returns its item; `clear_session` deletes
+  every turn. Deleted turns never come back (not in `get_items`, not in search); their
+  text stays in the log until `purge()` erases it (an admin token).
+
+The session opens one grpc.aio channel per event loop it is used from (`Runner.run_sync`
+runs each call on a loop of its own); `close()` closes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from memsvc_client.aio import AsyncMemoryClient
+from memsvc_client.client import MemsvcError
+from memsvc_client.v1 import memory_pb2 as pb
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings
+
+# Items the model produces (its calls and reasoning) speak as the assistant; what comes
+# back from a call speaks as the system.
+_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+
+
+def speaker_of(item: Mapping[str, Any]) -> str:
+    role = item.get("role")
+    if isinstance(role, str) and role in _ROLES:
+        return _ROLES[role]
+    kind = str(item.get("type", ""))
+    return "system" if kind.endswith("_output") else "assistant"
+
+
+def text_of(item: Mapping[str, Any]) -> str:
+    """What the item says, for search."""
+    parts: list[str] = []
+    content = item.get("content")
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, Mapping):
+                said = part.get("text", part.get("refusal"))
+                if isinstance(said, str):
+                    parts.append(said)
+    for key in ("name", "arguments", "output"):
+        value = item.get(key)
+        if isinstance(value, str):
+            parts.append(value)
+    summary = item.get("summary")
+    if isinstance(summary, list):
+        parts += [
+            s["text"] for s in summary if isinstance(s, Mapping) and isinstance(s.get("text"), str)
+        ]
+    text = "\n".join(p for p in parts if p.strip())
+    return text or f"[{item.get('type') or item.get('role') or 'item'}]"
+
+
+def _item_of(event: pb.MemoryEvent) -> TResponseInputItem:
+    """The item a turn holds: its payload, or (a turn written by another client) a message."""
+    if event.payload:
+        item: TResponseInputItem = json.loads(event.payload)
+        return item
+    return {"role": event.speaker, "content": event.text}  # type: ignore[return-value,misc]
+
+
+class MemsvcSession:
+    """An Agents SDK session kept in memsvc (see the module's docstring for the mapping)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        target: str = "127.0.0.1:50051",
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+        session_settings: SessionSettings | None = None,
+        max_text_chars: int = 100_000,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = session_settings
+        self.max_text_chars = max_text_chars
+        self._connect = {"target": target, "token": token, "ca_file": ca_file}
+        self._clients: dict[asyncio.AbstractEventLoop, AsyncMemoryClient] = {}
+
+    @property
+    def _client(self) -> AsyncMemoryClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = AsyncMemoryClient(**self._connect)  # type: ignore[arg-type]
+        return client
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
+        events = await self._client.export(self.session_id)
+        if limit is not None:
+            events = events[-limit:] if limit > 0 else []
+        return [_item_of(e) for e in events]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        if not items:
+            return
+        events = []
+        for item in items:
+            raw: Mapping[str, Any] = item
+            events.append(
+                pb.MemoryEvent(
+                    conversation_id=self.session_id,
+                    speaker=speaker_of(raw),
+                    text=text_of(raw)[: self.max_text_chars],
+                    payload=json.dumps(item, ensure_ascii=False),
+                )
+            )
+        reply = await self._client.append(events, assign_turn_ids=True)
+        if reply.errors:  # the conversation was not written: say why, never drop silently
+            raise ValueError(f"memsvc refused the items: {reply.errors[0].message}")
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        while True:
+            events = await self._client.export(self.session_id)
+            if not events:
+                return None
+            newest = events[-1]
+            deleted = await self._client.delete(self.session_id, (newest.turn_id, newest.turn_id))
+            if deleted.events_deleted:
+                return _item_of(newest)
+            # another process popped it first: the next newest is ours to take
+
+    async def clear_session(self) -> None:
+        try:
+            await self._client.delete(self.session_id)
+        except MemsvcError as exc:
+            if exc.code is not grpc.StatusCode.NOT_FOUND:  # nothing ever added: nothing to clear
+                raise
+
+    async def purge(self) -> pb.PurgeDeletedResponse:
+        """Erase the text of this session's deleted turns for good (needs an admin token)."""
+        reply: pb.PurgeDeletedResponse = await self._client.call(
+            "PurgeDeleted", pb.PurgeDeletedRequest(conversation_id=self.session_id)
+        )
+        return reply
+
+    async def close(self) -> None:
+        """Close the channels this session opened on the running event loop."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.pop(loop, None)
+        if client is not None:
+            await client.close()

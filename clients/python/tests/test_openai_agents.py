@@ -1,0 +1,312 @@
+"""memsvc as an OpenAI Agents SDK session, against a real memsvc and the real installed
+`openai-agents` (the `openai-agents` extra in the client's venv). The cases of the SDK's
+own session tests (tests/memory/test_session.py: add and get, clear, pop in order and per
+session, limits), then what only a shared memory can promise: exact round trips of tool
+calls and structured content, an agent run whose second turn sees the first, two
+processes writing one session, and deletes that stay deleted.
+
+The model is a scripted stand-in (the SDK's `Model` interface, no network): the subject
+here is the session, not the model."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from agents import Agent, Runner, function_tool, set_tracing_disabled
+from agents.items import ModelResponse, TResponseInputItem
+from agents.memory import Session
+from agents.models.interface import Model
+from agents.usage import Usage
+from memsvc_client import MemoryClient
+from memsvc_client.integrations.openai_agents import MemsvcSession
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+
+from .test_client import ADMIN, WRITER, ServerTestCase
+
+set_tracing_disabled(True)  # offline: no trace export
+
+
+def _message(text: str) -> ResponseOutputMessage:
+    return ResponseOutputMessage(
+        id="msg",
+        type="message",
+        role="assistant",
+        status="completed",
+        content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
+    )
+
+
+class ScriptedModel(Model):
+    """Answers from a script; keeps the input of every call."""
+
+    def __init__(self) -> None:
+        self.script: list[list[Any]] = []
+        self.inputs: list[list[TResponseInputItem]] = []
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        self.inputs.append(list(input) if isinstance(input, list) else [input])
+        return ModelResponse(output=self.script.pop(0), usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError("the tests run the agent without streaming")
+
+
+@function_tool
+def locker_code(person: str) -> str:
+    """The gym locker code of a person."""
+    return f"{person}'s locker code is 4417"
+
+
+class SessionProtocolTest(ServerTestCase):
+    """The cases of the SDK's own session tests, against memsvc."""
+
+    def session(self, name: str) -> MemsvcSession:
+        return MemsvcSession(f"oa-{name}", self.target, token=WRITER)
+
+    def test_is_a_session(self) -> None:
+        self.assertIsInstance(self.session("proto"), Session)
+
+    def test_add_get_and_clear(self) -> None:
+        async def flow() -> None:
+            session = self.session("direct")
+            items: list[TResponseInputItem] = [
+                {"role": "user", "content": "Hello"},
+                {"role": "assistant", "content": "Hi there!"},
+            ]
+            await session.add_items(items)
+            self.assertEqual(await session.get_items(), items)
+            await session.clear_session()
+            self.assertEqual(await session.get_items(), [])
+            await session.close()
+
+        asyncio.run(flow())
+
+    def test_pop_in_order_and_per_session(self) -> None:
+        async def flow() -> None:
+            session, other = self.session("pop"), self.session("pop-other")
+            self.assertIsNone(await session.pop_item())
+            items: list[TResponseInputItem] = [
+                {"role": "user", "content": "Hello"},
+                {"role": "assistant", "content": "Hi there!"},
+                {"role": "user", "content": "How are you?"},
+            ]
+            await session.add_items(items)
+            await other.add_items([{"role": "user", "content": "Session 2 message"}])
+            for expected in reversed(items):
+                self.assertEqual(await session.pop_item(), expected)
+            self.assertIsNone(await session.pop_item())
+            self.assertEqual(await session.get_items(), [])
+            self.assertEqual(
+                await other.get_items(), [{"role": "user", "content": "Session 2 message"}]
+            )
+
+        asyncio.run(flow())
+
+    def test_limits_give_the_latest_in_order(self) -> None:
+        async def flow() -> None:
+            session = self.session("limit")
+            items: list[TResponseInputItem] = [
+                {"role": "user" if i % 2 == 0 else "assistant", "content": f"Message {i}"}
+                for i in range(6)
+            ]
+            await session.add_items(items)
+            self.assertEqual(await session.get_items(), items)
+            self.assertEqual(await session.get_items(limit=2), items[-2:])
+            self.assertEqual(await session.get_items(limit=4), items[-4:])
+            self.assertEqual(await session.get_items(limit=10), items)
+            self.assertEqual(await session.get_items(limit=0), [])
+
+        asyncio.run(flow())
+
+
+class SharedMemoryTest(ServerTestCase):
+    def test_tool_calls_and_structured_content_round_trip_exactly(self) -> None:
+        items: list[Any] = [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "What is Ana's locker code? 谢谢"},
+                ],
+            },
+            {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "call_1",
+                "name": "locker_code",
+                "arguments": '{"person": "Ana"}',
+                "status": "completed",
+            },
+            {"type": "function_call_output", "call_id": "call_1", "output": "Ana's code: 4417"},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [
+                    {
+                        "type": "output_text",
+                        "text": "Ana's locker code is 4417.",
+                        "annotations": [{"type": "url_citation", "url": "https://x", "title": "t"}],
+                    }
+                ],
+            },
+        ]
+
+        async def flow() -> list[Any]:
+            session = MemsvcSession("oa-exact", self.target, token=WRITER)
+            await session.add_items(items)
+            return await session.get_items()
+
+        self.assertEqual(asyncio.run(flow()), items)
+        # what search sees is the items' text; the tool's output is evidence like any turn
+        with MemoryClient(self.target, token=WRITER) as memory:
+            events = memory.export("oa-exact")
+            self.assertEqual(
+                [(e.speaker, e.text) for e in events],
+                [
+                    ("user", "What is Ana's locker code? 谢谢"),
+                    ("assistant", 'locker_code\n{"person": "Ana"}'),
+                    ("system", "Ana's code: 4417"),
+                    ("assistant", "[reasoning]"),
+                    ("assistant", "Ana's locker code is 4417."),
+                ],
+            )
+            memory.wait_for_indexed("oa-exact", events[-1].turn_id)
+            hits = memory.search("Ana locker code", conversation_ids=["oa-exact"])
+            self.assertIn("4417", hits[0].text)
+
+    def test_an_agent_remembers_across_runs_with_a_tool_call(self) -> None:
+        model = ScriptedModel()
+        agent = Agent(name="assistant", model=model, tools=[locker_code])
+        call = ResponseFunctionToolCall(
+            id="fc_9",
+            call_id="call_9",
+            type="function_call",
+            name="locker_code",
+            arguments='{"person": "Ana"}',
+            status="completed",
+        )
+        model.script = [[call], [_message("Ana's code is 4417.")], [_message("It was 4417.")]]
+
+        async def first() -> None:
+            session = MemsvcSession("oa-agent", self.target, token=WRITER)
+            result = await Runner.run(agent, "What is Ana's locker code?", session=session)
+            self.assertEqual(result.final_output, "Ana's code is 4417.")
+
+        asyncio.run(first())
+        # the next run, on another event loop (another process would do the same)
+        session = MemsvcSession("oa-agent", self.target, token=WRITER)
+        result = Runner.run_sync(agent, "What was the code again?", session=session)
+        self.assertEqual(result.final_output, "It was 4417.")
+        seen = model.inputs[-1]
+        kinds = [i.get("type", "message") for i in seen]
+        self.assertEqual(
+            kinds,
+            ["message", "function_call", "function_call_output", "message", "message"],
+        )
+        self.assertEqual(seen[1]["call_id"], "call_9")
+        self.assertIn("4417", seen[2]["output"])
+
+    def test_two_processes_share_one_session_and_lose_nothing(self) -> None:
+        writer = (
+            "import asyncio, sys\n"
+            "from memsvc_client.integrations.openai_agents import MemsvcSession\n"
+            "async def main():\n"
+            "    s = MemsvcSession('oa-shared', sys.argv[1], token=sys.argv[2])\n"
+            "    name = sys.argv[3]\n"
+            "    for i in range(15):\n"
+            "        await s.add_items([{'role': 'user', 'content': f'{name} {i}'},\n"
+            "                           {'role': 'assistant', 'content': f'{name} ok {i}'}])\n"
+            "asyncio.run(main())\n"
+        )
+        procs = [
+            subprocess.Popen([sys.executable, "-c", writer, self.target, WRITER, name])
+            for name in ("left", "right")
+        ]
+        self.assertEqual([p.wait(timeout=300) for p in procs], [0, 0])
+
+        async def read() -> list[Any]:
+            return await MemsvcSession("oa-shared", self.target, token=WRITER).get_items()
+
+        items = asyncio.run(read())
+        self.assertEqual(len(items), 60)
+        for name in ("left", "right"):
+            mine = [i["content"] for i in items if i["content"].startswith(name)]
+            expected = [t for k in range(15) for t in (f"{name} {k}", f"{name} ok {k}")]
+            self.assertEqual(mine, expected)  # each writer's items in its order, pairs kept
+        pairs = [(items[k]["content"], items[k + 1]["content"]) for k in range(0, 60, 2)]
+        self.assertTrue(all(b == a.replace(" ", " ok ", 1) for a, b in pairs))
+
+    def test_popped_and_cleared_items_stay_deleted_and_purge_erases_them(self) -> None:
+        async def flow() -> None:
+            session = MemsvcSession("oa-forget", self.target, token=WRITER)
+            await session.add_items(
+                [
+                    {"role": "user", "content": "My passport number is K1234567."},
+                    {"role": "user", "content": "My cat is called Miso."},
+                ]
+            )
+            popped = await session.pop_item()
+            self.assertEqual(popped, {"role": "user", "content": "My cat is called Miso."})
+            await session.add_items([{"role": "user", "content": "I live in Lyon."}])
+            self.assertEqual(
+                [i["content"] for i in await session.get_items()],
+                ["My passport number is K1234567.", "I live in Lyon."],
+            )
+            await session.clear_session()
+            self.assertEqual(await session.get_items(), [])
+            admin = MemsvcSession("oa-forget", self.target, token=ADMIN)
+            purged = await admin.purge()
+            self.assertEqual(purged.events_purged, 3)
+
+        asyncio.run(flow())
+        with MemoryClient(self.target, token=WRITER) as memory:
+            deadline = time.monotonic() + 60
+            while (
+                memory.status(["oa-forget"]).conversations[0].backlog
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.2)
+            for query in ("passport number", "cat Miso", "Lyon"):
+                hits = memory.search(query, conversation_ids=["oa-forget"])
+                self.assertEqual(hits, [], query)
+
+
+def readme_snippet(marker: str) -> str:
+    """The README's Integrations snippet that imports `marker`."""
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    return next(b for b in blocks if marker in b)
+
+
+class ReadmeSnippetTest(ServerTestCase):
+    def test_the_readme_snippet_runs(self) -> None:
+        code = readme_snippet("integrations.openai_agents")
+        code = code.replace('"127.0.0.1:50051"', repr(self.target))
+        code = code.replace("token=None", f"token={WRITER!r}")
+        model = ScriptedModel()
+        model.script = [[_message("Hello Ana.")]]
+        scope: dict[str, Any] = {"model": model}
+        exec(compile(code, "README.md", "exec"), scope)
+        self.assertEqual(scope["result"].final_output, "Hello Ana.")
+
+        async def stored() -> list[Any]:
+            return await MemsvcSession("user-42", self.target, token=WRITER).get_items()
+
+        items = asyncio.run(stored())
+        self.assertEqual(items[0], {"role": "user", "content": "I'm Ana."})
+        self.assertEqual(items[1]["content"][0]["text"], "Hello Ana.")
