@@ -215,3 +215,37 @@ def test_append_wait_says_at_once_that_indexing_is_paused(target: str, tmp_path:
         assert "indexing is paused (memsvc resume starts it)" in done.stderr, done.stderr
     finally:
         assert cli(target, "resume").returncode == 0
+
+
+def test_reindex_wait_follows_the_rebuilds_to_their_end(target: str, tmp_path: Path) -> None:
+    """`memsvc reindex --wait` (issue 40): returns once every conversation it queued is
+    rebuilt and searchable, and says at once when indexing is paused."""
+    source = tmp_path / "rebuild.jsonl"
+    events = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    lines = [json.dumps(dict(e, conversation_id=conv)) for conv in ("rb1", "rb2") for e in events]
+    source.write_text("\n".join(lines) + "\n")
+    assert cli(target, "append", str(source), "--wait").returncode == 0
+    done = cli(
+        target,
+        "reindex",
+        "--conversation",
+        "rb1",
+        "--conversation",
+        "rb2",
+        "--chunk-version",
+        "2",
+        "--wait",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "queued 2" in done.stdout and "rebuilt 2, failed 0" in done.stdout
+    status = json.loads(cli(target, "status", "--conversation", "rb1", "--json").stdout)
+    entry = status["conversations"][0]
+    assert entry["chunk_version"] == 2 and not entry.get("reindexing")
+    found = json.loads(cli(target, "search", "dog", "--conversation", "rb1", "--json").stdout)
+    assert all(h["metadata"]["chunk_version"] == 2 for h in found["hits"]) and found["hits"]
+    assert cli(target, "pause").returncode == 0
+    try:
+        held = cli(target, "reindex", "--conversation", "rb2", "--wait")
+        assert held.returncode == 1 and "indexing is paused" in held.stderr, held.stderr
+    finally:
+        assert cli(target, "resume").returncode == 0

@@ -20,6 +20,7 @@ from rich.table import Table
 from memsvc.transports.cli.append import cmd_append
 from memsvc.transports.cli.connection import Stub, connect, err, out
 from memsvc.transports.cli.mcp import add_mcp_command, run_mcp
+from memsvc.transports.cli.reindex import cmd_reindex
 from memsvc.v1 import memory_pb2 as pb
 
 _MODES = {
@@ -132,6 +133,10 @@ def add_client_commands(sub: Any) -> None:
     which.add_argument("--all", action="store_true")
     p.add_argument("--chunk-version", type=int, default=0)
     p.add_argument("--cancel", action="store_true", help="cancel rebuilds under way")
+    p.add_argument(
+        "--wait", action="store_true", help="follow the rebuilds to their end with a progress bar"
+    )
+    p.add_argument("--wait-timeout", type=float, default=600.0, help="seconds (default 600)")
     p.set_defaults(run=cmd_reindex)
 
     for name, paused in (("pause", True), ("resume", False)):
@@ -386,20 +391,6 @@ def cmd_retire(stub: Stub, args: argparse.Namespace) -> int:
         timeout=600,
     )
     out.print(f"chunks removed {reply.retired}", markup=False, highlight=False)
-    return 0
-
-
-def cmd_reindex(stub: Stub, args: argparse.Namespace) -> int:
-    reply = stub.Reindex(
-        pb.ReindexRequest(
-            conversation_ids=args.conversation or [],
-            all=args.all,
-            chunk_version=args.chunk_version,
-            cancel=args.cancel,
-        ),
-        timeout=300,
-    )
-    out.print(f"{'cancelled' if args.cancel else 'queued'} {reply.queued}")
     return 0
 
 
