@@ -91,3 +91,36 @@ def test_no_module_outgrows_a_reader() -> None:
         if "v1" not in p.parts and (n := len(p.read_text().splitlines())) > MODULE_LINES
     }
     assert long == {}
+
+
+def _documented_commands() -> list[tuple[str, str]]:
+    """(page, command line) of every `memsvc ...` line in the sh blocks of the README and
+    the docs pages, comments and the venv prefix removed."""
+    found = []
+    for path in [ROOT / "README.md", *PAGES]:
+        for block in re.findall(r"```(?:sh|bash)\n(.*?)```", path.read_text(), re.S):
+            for line in block.splitlines():
+                line = line.split(" # ", 1)[0].split("   #", 1)[0].strip()
+                line = line.removeprefix(".venv/bin/")
+                for command in line.split(" / "):  # "memsvc pause / memsvc resume"
+                    if command.startswith("memsvc "):
+                        found.append((path.name, command))
+    return found
+
+
+def test_every_documented_command_line_is_one_memsvc_takes() -> None:
+    """Every `memsvc` command line of the README and the pages parses as written: its
+    subcommand and flags exist, its values have their types. (What each does is run by the
+    tests of its surface: tests/integration/test_cli.py, test_operations.py, test_readme.py.)"""
+    import shlex
+
+    from memsvc.transports.cli.main import build_parser
+
+    commands = _documented_commands()
+    assert len(commands) >= 20
+    for page, command in commands:
+        argv = shlex.split(command)[1:]
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit as exc:
+            assert exc.code == 0, f"{page}: `{command}` is not a command memsvc takes"
