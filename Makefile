@@ -74,8 +74,8 @@ eval: $(VENV)/.dev
 	EVAL_FILE="$(abspath $(EVAL_FILE))" $(PY) -m pytest -q -s evals $(PYTEST_ARGS)
 
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check memsvc tests evals benchmarks tools clients/python
-	$(VENV)/bin/ruff format --check memsvc tests evals benchmarks tools clients/python
+	$(VENV)/bin/ruff check memsvc tests evals benchmarks tools examples clients/python
+	$(VENV)/bin/ruff format --check memsvc tests evals benchmarks tools examples clients/python
 	$(VENV)/bin/mypy memsvc tools
 	$(PY) clients/python/stubs.py
 	$(VENV)/bin/mypy --strict --exclude 'memsvc_client/v1/' --follow-imports=silent \

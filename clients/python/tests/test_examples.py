@@ -1,0 +1,38 @@
+"""The agents in examples/ (issue 39), each run twice as a user would: the second run
+remembers what the first one said, through memsvc."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from .test_client import ROOT, WRITER, ServerTestCase
+
+
+class ExamplesTest(ServerTestCase):
+    def run_example(self, name: str, message: str, session: str) -> str:
+        done = subprocess.run(
+            [
+                *(sys.executable, str(ROOT / "examples" / name), message),
+                *("--target", self.target, "--token", WRITER, "--session", session),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return done.stdout.strip()
+
+    def test_the_agents_sdk_example_remembers_the_first_run(self) -> None:
+        first = self.run_example("openai_agents_memory.py", "I live in Lyon.", "ex-agents")
+        self.assertEqual(first, "Nice to meet you.")
+        second = self.run_example("openai_agents_memory.py", "Where do I live?", "ex-agents")
+        self.assertEqual(second, "Earlier you said: I live in Lyon.")
+
+    def test_the_langchain_example_finds_the_first_run(self) -> None:
+        said = "My sister Lena looks after the dog on Fridays."
+        first = self.run_example("langchain_memory.py", said, "ex-chat")
+        self.assertEqual(first, "evidence: (nothing yet)")
+        second = self.run_example("langchain_memory.py", "Who looks after the dog?", "ex-chat")
+        self.assertIn("Lena looks after the dog on Fridays", second)
