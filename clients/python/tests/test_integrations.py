@@ -55,12 +55,41 @@ class LangChainTest(ServerTestCase):
                 ],
             )
             self.assertEqual(messages[1].name, "Mei")
-            with self.assertRaises(TypeError):
-                one.add_message(ToolMessage(content="42", tool_call_id="t1"))
             one.clear()
             self.assertEqual(one.messages, [])
             one.add_user_message("A new start after clear.")
             self.assertEqual([m.content for m in one.messages], ["A new start after clear."])
+
+    def test_tool_calls_and_content_blocks_round_trip_exactly(self) -> None:
+        sent = [
+            HumanMessage(
+                content=[{"type": "text", "text": "What's the weather in Kyoto? 京都"}],
+                id="m1",
+            ),
+            AIMessage(
+                content="",
+                tool_calls=[{"name": "weather", "args": {"city": "Kyoto"}, "id": "call_1"}],
+                id="m2",
+            ),
+            ToolMessage(content="18°C, light rain", tool_call_id="call_1", name="weather"),
+            AIMessage(content="18°C and light rain in Kyoto.", response_metadata={"m": 1}),
+        ]
+        with MemoryClient(self.target, token=WRITER) as client:
+            history = MemsvcChatMessageHistory("lc-tools", client, wait=True)
+            history.add_messages(sent)
+            self.assertEqual(history.messages, sent)
+            said = [(e.speaker, e.text) for e in client.export("lc-tools")]
+            self.assertEqual(
+                said,
+                [
+                    ("user", "What's the weather in Kyoto? 京都"),
+                    ("assistant", 'weather {"city": "Kyoto"}'),
+                    ("system", "18°C, light rain"),
+                    ("assistant", "18°C and light rain in Kyoto."),
+                ],
+            )
+            hits = client.search("Kyoto weather rain", conversation_ids=["lc-tools"])
+            self.assertIn("light rain", hits[0].text)
 
     def test_async_history_and_retriever(self) -> None:
         async def flow() -> None:

@@ -2,17 +2,20 @@
 
 `MemsvcChatMessageHistory(BaseChatMessageHistory)`: one memsvc conversation.
 - `session_id` is the conversation id (with a tenant's token, within its tenant).
-- Messages map to turns: HumanMessage -> speaker "user", AIMessage -> "assistant",
-  SystemMessage -> "system"; `message.name` -> speaker_name. Other message types (tool
-  calls and results) are refused with a TypeError naming the type: memsvc keeps what was
-  said, and a ToolMessage would come back as something else.
+- Each message is one turn. Its serialised form (`message_to_dict`) is the turn's
+  `payload`, so `messages` gives back every message exactly as added: AI messages with
+  tool calls, tool results, content blocks, ids and metadata included.
+- What memsvc chunks and searches (the turn's `text`) is what the message says: its text
+  content (the text blocks of a list), and an AI message's tool calls as name and
+  arguments; `[<type>]` when it says nothing. Speaker: human -> "user", AI -> "assistant",
+  system and tool results -> "system"; `message.name` -> speaker_name.
 - Turn ids and timestamps are the server's (`assign_turn_ids`: the next ids after the
   conversation's last turn, the time of receipt), so several processes may add to one
   history without colliding.
-- `messages` reads the conversation back in turn order (ExportEvents), as sent: the text
-  is the one appended, not memsvc's cleaned form. `clear()` deletes the conversation's turns
-  (LogicalDeleteBySource); later messages get new ids, and deleted turns never come back.
-- String content only (a list of content blocks is refused): memsvc indexes text.
+- `messages` reads the conversation back in turn order (ExportEvents); turns another
+  client wrote (no payload) come back as human, AI or system messages of their text.
+  `clear()` deletes the conversation's turns (LogicalDeleteBySource); later messages get
+  new ids, and deleted turns never come back.
 
 `MemsvcRetriever(BaseRetriever)`: memsvc search as LangChain documents. Each hit is a
 `Document` whose page_content is the chunk's text and whose metadata holds chunk_id,
@@ -23,6 +26,7 @@ Both have async variants on `AsyncMemoryClient` (grpc.aio), so nothing blocks an
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +36,14 @@ from langchain_core.callbacks import (
 )
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.documents import Document
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    message_to_dict,
+    messages_from_dict,
+)
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
@@ -40,31 +51,42 @@ from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemoryClient
 from memsvc_client.v1 import memory_pb2 as pb
 
-SPEAKERS: dict[type[BaseMessage], str] = {
-    HumanMessage: "user",
-    AIMessage: "assistant",
-    SystemMessage: "system",
+# By message type (BaseMessage.type): who speaks in memsvc's turns.
+SPEAKERS = {"human": "user", "ai": "assistant", "system": "system", "tool": "system"}
+MESSAGES: dict[str, type[BaseMessage]] = {
+    "user": HumanMessage,
+    "assistant": AIMessage,
+    "system": SystemMessage,
 }
-MESSAGES: dict[str, type[BaseMessage]] = {v: k for k, v in SPEAKERS.items()}
+# The text memsvc searches, at most (the server's MEMSVC_MAX_TURN_CHARS default); the
+# payload keeps the whole message.
+MAX_TEXT_CHARS = 100_000
+
+
+def text_of(message: BaseMessage) -> str:
+    """What the message says, for search."""
+    content = message.content
+    blocks = [content] if isinstance(content, str) else content
+    parts = [b if isinstance(b, str) else str(b.get("text", "")) for b in blocks]
+    for call in getattr(message, "tool_calls", None) or []:
+        parts.append(f"{call['name']} {json.dumps(call.get('args', {}), ensure_ascii=False)}")
+    text = "\n".join(p for p in parts if p.strip())
+    return text or f"[{message.type}]"
 
 
 def to_event(session_id: str, message: BaseMessage) -> pb.MemoryEvent:
-    speaker = SPEAKERS.get(type(message))
-    if speaker is None:
-        raise TypeError(
-            f"{type(message).__name__}: memsvc keeps human, AI and system messages only"
-        )
-    if not isinstance(message.content, str):
-        raise TypeError(f"{type(message).__name__}.content: text only, not content blocks")
     return pb.MemoryEvent(
         conversation_id=session_id,
-        speaker=speaker,
-        text=message.content,
+        speaker=SPEAKERS.get(message.type, "system"),
+        text=text_of(message)[:MAX_TEXT_CHARS],
         speaker_name=message.name or "",
+        payload=json.dumps(message_to_dict(message), ensure_ascii=False),
     )
 
 
 def to_message(event: pb.MemoryEvent) -> BaseMessage:
+    if event.payload:
+        return messages_from_dict([json.loads(event.payload)])[0]
     kind = MESSAGES.get(event.speaker, HumanMessage)
     return kind(content=event.text, name=event.speaker_name or None)
 
