@@ -169,7 +169,9 @@ def _record_reasons() -> list[tuple[str, str]]:
     for i, tok in enumerate(tokens):
         if tok.type == tokenize.NAME and tok.string.startswith("REASON_") and tok.start[1] == 0:
             value = tokens[i + 2].string.strip('"')
-            comment = tokens[i + 3].string.lstrip("# ") if tokens[i + 3].type == 60 else ""
+            comment = (
+                tokens[i + 3].string.lstrip("# ") if tokens[i + 3].type == tokenize.COMMENT else ""
+            )
             out.append((value, comment))
     return out
 
