@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from memsvc.config import Settings
@@ -164,3 +165,112 @@ def test_the_data_dir_of_the_image_user_starts_and_a_root_owned_one_says_why() -
         assert (expected in message) if expected else message == "", message
     assert owned.stat().st_mode & 0o777 == 0o700
     shutil.rmtree(tmp_path)
+
+
+# -- deploy/k8s ----------------------------------------------------------------------------
+K8S = ROOT / "deploy" / "k8s"
+
+
+def k8s_resources(name: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all((K8S / name).read_text()) if doc]
+
+
+def test_k8s_manifests_are_valid_against_the_kubernetes_schemas() -> None:
+    """Every resource of deploy/k8s against the newest Kubernetes schemas kubernetes-validate
+    ships (strict: an unknown field is an error, as a typo would be silently dropped by an
+    older kubectl). The ServiceMonitor is a CRD the package has no schema for: checked by
+    what it selects below."""
+    import kubernetes_validate
+
+    version = kubernetes_validate.latest_version()
+    kinds: list[str] = []
+    for path in sorted(K8S.glob("*.yaml")):
+        for resource in k8s_resources(path.name):
+            kinds.append(resource["kind"])
+            if resource["apiVersion"].startswith("monitoring.coreos.com/"):
+                continue
+            kubernetes_validate.validate(resource, version, strict=True)
+    assert {"StatefulSet", "Deployment", "Service", "Secret", "ServiceMonitor"} <= set(kinds)
+
+
+def memsvc_container(workload: dict[str, Any]) -> dict[str, Any]:
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    assert isinstance(container, dict)
+    return container
+
+
+def test_k8s_workloads_run_memsvc_as_it_expects() -> None:
+    """What the schemas cannot see: every MEMSVC_ variable is a real setting with a value the
+    server accepts; the probes ask the metrics port for /healthz (alive) and /readyz (ready);
+    the pod runs as the image's user with the data dir its own; the tokens file the server
+    reads is where the Secret is mounted; the Service's ports reach named container ports."""
+    image_uid = int(re.search(r"--uid (\d+)", (ROOT / "Dockerfile").read_text())[1])  # type: ignore[index]
+    fields = {f"MEMSVC_{name.upper()}" for name in Settings.model_fields}
+    grace = Settings.model_fields["shutdown_grace_s"].default
+    workloads = {"embedded.yaml": "StatefulSet", "fleet.yaml": "Deployment"}
+    for name, kind in workloads.items():
+        resources = {r["kind"]: r for r in k8s_resources(name)}
+        workload, service = resources[kind], resources["Service"]
+        pod = workload["spec"]["template"]["spec"]
+        container = memsvc_container(workload)
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        memsvc_env = {k: v for k, v in env.items() if k.startswith("MEMSVC_")}
+        assert set(memsvc_env) <= fields, set(memsvc_env) - fields
+        settings = Settings.model_validate(
+            {k.removeprefix("MEMSVC_").lower(): v for k, v in memsvc_env.items()}
+        )
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        for setting, port_name in (
+            (settings.listen, "grpc"),
+            (settings.http_listen, "http"),
+            (settings.metrics_listen, "metrics"),
+        ):
+            assert setting == f"0.0.0.0:{ports[port_name]}", (name, setting)
+        for probe, path in (
+            ("startupProbe", "/healthz"),
+            ("livenessProbe", "/healthz"),
+            ("readinessProbe", "/readyz"),
+        ):
+            assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}, (name, probe)
+        assert pod["securityContext"]["runAsUser"] == image_uid
+        assert pod["securityContext"]["fsGroup"] == image_uid  # the data dir is memsvc's
+        assert pod["terminationGracePeriodSeconds"] > grace
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["data"] == str(settings.data_dir)
+        tokens = next(v for v in pod["volumes"] if v["name"] == "tokens")
+        secret = next(r for r in k8s_resources("secret.yaml") if r["kind"] == "Secret")
+        assert tokens["secret"]["secretName"] == secret["metadata"]["name"]
+        assert settings.auth_tokens_file is not None
+        assert settings.auth_tokens_file.parent == Path(mounts["tokens"])
+        assert settings.auth_tokens_file.name in secret["stringData"]
+        # the Service selects this workload's pods and reaches its named ports
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= labels.items()
+        assert workload["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= set(ports)
+    # one process per data dir: the embedded StatefulSet never scales past one
+    embedded = next(r for r in k8s_resources("embedded.yaml") if r["kind"] == "StatefulSet")
+    assert embedded["spec"]["replicas"] == 1
+    fleet = next(r for r in k8s_resources("fleet.yaml") if r["kind"] == "Deployment")
+    env = {e["name"]: e for e in memsvc_container(fleet)["env"]}
+    assert env["MEMSVC_DATABASE_URL"]["value"].startswith("postgresql://memsvc@")
+    assert "secretKeyRef" in env["PGPASSWORD"]["valueFrom"]  # no password in the URL
+
+
+def test_k8s_secret_as_shipped_fails_closed_and_the_monitor_scrapes_metrics() -> None:
+    """The Secret ships empty: memsvc refuses an empty tokens file (so an unfilled copy never
+    serves anyone on 0.0.0.0). The ServiceMonitor selects both workloads' Services and
+    scrapes their metrics port at /metrics."""
+    from memsvc.transports.grpc.auth import TokenFileError, parse_tokens
+
+    (secret,) = k8s_resources("secret.yaml")
+    with pytest.raises(TokenFileError, match="no tokens"):
+        parse_tokens(secret["stringData"]["tokens"], "tokens")
+    (monitor,) = k8s_resources("servicemonitor.yaml")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["path"] == "/metrics"
+    for name in ("embedded.yaml", "fleet.yaml"):
+        service = next(r for r in k8s_resources(name) if r["kind"] == "Service")
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= service["metadata"]["labels"].items(), name
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}, name

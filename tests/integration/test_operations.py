@@ -45,6 +45,58 @@ def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     return out
 
 
+SELECTOR = re.compile(r"\b((?:memsvc|process)_\w+)(?:\{([^}]*)\})?")
+MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"')
+SCRAPE_LABELS = {"job", "instance"}  # added by Prometheus, not by the server
+
+
+def check_queries(queries: list[str], port: int) -> None:
+    """Every series a PromQL query names is one the running server exposes; every label it
+    matches or groups by is one of that series' labels, and every value it matches exactly
+    is one the server says (seen, named in the family's help, or a boolean's other value):
+    a misspelt method or stage would chart nothing, silently."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    labels: dict[str, dict[str, set[str]]] = {}  # series -> label -> values
+    helps: dict[str, str] = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            helps[sample.name] = family.documentation
+            series = labels.setdefault(sample.name, {})
+            for label, value in sample.labels.items():
+                series.setdefault(label, set()).add(value)
+    for query in queries:
+        used: set[str] = set()
+        for name, matchers in SELECTOR.findall(query):
+            assert name in labels, (name, query)
+            used |= set(labels[name])
+            for label, op, value in MATCHER.findall(matchers):
+                if label in SCRAPE_LABELS:
+                    continue
+                assert label in labels[name], (label, name, query)
+                seen = labels[name][label]
+                if op in ("=", "!="):
+                    known = seen | ({"true", "false"} if seen <= {"true", "false"} else set())
+                    said = re.search(rf"\b{re.escape(value)}\b", helps[name])
+                    assert value in known or said, (label, value, sorted(seen), query)
+        for group in re.findall(r"\bby \(([^)]*)\)", query):
+            for label in (g.strip() for g in group.split(",")):
+                assert label in used | SCRAPE_LABELS, (label, query)
+
+
+def dashboard_and_alert_queries() -> list[str]:
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    dashboard = json.loads((root / "deploy" / "grafana" / "memsvc.json").read_text())
+    queries = [
+        target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])
+    ]
+    queries += [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    rules = yaml.safe_load((root / "deploy" / "prometheus-alerts.yml").read_text())
+    queries += [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+    return queries
+
+
 def get(port: int, path: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as res:
@@ -188,6 +240,8 @@ def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
         assert metrics["memsvc_chunks_stored"][()] >= 3
         # the first append --wait made c1 searchable: one time-to-searchable observed
         assert metrics["memsvc_index_lag_seconds_count"][()] >= 1
+        # the Grafana dashboard's and the alert rules' queries chart what this server says
+        check_queries(dashboard_and_alert_queries(), metrics_port)
         assert get(metrics_port, "/healthz") == (200, "ok\n")
         assert get(metrics_port, "/readyz") == (200, "ready\n")
         assert get(metrics_port, "/anything")[0] == 404
