@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: run test docs reference test-fleet test-browser test-embedders infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
+.PHONY: run test docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ test: $(VENV)/.dev
 # the tests share the fleet; one kills a replica, the last restarts the database).
 test-fleet: $(VENV)/.dev
 	$(PY) -m pytest -q -m fleet -p no:cacheprovider tests/fleet $(PYTEST_ARGS)
+
+# An install without cloning: docs/operations/deploy.md's pip lines run as written in an
+# empty venv outside the repository (this clone as the git address), then its server called.
+test-install: $(VENV)/.dev
+	MEMSVC_TEST_TORCH_FROM="$(TORCH_FROM)" \
+		$(PY) -m pytest -q -m install -p no:cacheprovider tests/install $(PYTEST_ARGS)
 
 # Browser tests: Debian's Chromium (apt-get install chromium; MEMSVC_TEST_CHROMIUM for
 # another path) driven by Playwright against memsvc in a child process.
