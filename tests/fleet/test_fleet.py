@@ -54,6 +54,7 @@ def fleet(
         3,
         cluster.create_database(),
         milvus.uri,
+        metrics=True,
         MEMSVC_INDEX_LEASE_S=LEASE_S,
         MEMSVC_BUILD_GRACE_S="2",
     )
@@ -194,6 +195,29 @@ def test_pause_is_fleet_wide(fleet: list[Replica]) -> None:
     finally:
         fleet[1].stub.SetIndexingPaused(pb.SetIndexingPausedRequest(paused=False), timeout=120)
     assert wait(fleet[0], "paused", len(EN_TURNS) - 1).indexed
+
+
+def test_a_backfill_indexed_by_the_fleet_is_observed_as_index_lag(fleet: list[Replica]) -> None:
+    """Regression (issue 40): a conversation settled by a worker inside its lease was never
+    observed in memsvc_index_lag_seconds. A backfill through one replica, indexed by
+    whichever workers lease it: every conversation's wait is observed once, by the replica
+    that settled it, and the fleet's sum shows each of them."""
+
+    def observed() -> float:
+        return sum(r.metric("memsvc_index_lag_seconds_count") for r in fleet)
+
+    before = observed()
+    convs = [f"lag-{i}" for i in range(4)]
+    everything = {
+        c: generate(c, 90 + i, sessions=2, turns_per_session=(8, 10)) for i, c in enumerate(convs)
+    }
+    for events in everything.values():
+        append(fleet[2], events)  # no wait: the workers index it
+    for c, events in everything.items():
+        assert wait(fleet[0], c, events[-1].turn_id).indexed
+    until(lambda: observed() - before >= len(convs), 30, "lag observed", observed)
+    total = sum(r.metric("memsvc_index_lag_seconds_sum") for r in fleet)
+    assert total > 0
 
 
 def test_a_killed_replicas_work_is_taken_over(fleet: list[Replica]) -> None:
