@@ -388,3 +388,45 @@ def test_a_first_start_logs_json_lines_only(tmp_path: Path) -> None:
     lines = [line for line in output.decode().splitlines() if line.strip()]
     events = [json.loads(line)["event"] for line in lines]  # every line is a JSON object
     assert "onnx_export" in events and "serving" in events and events[-1] == "stopped"
+
+
+def test_searching_an_empty_store_logs_no_error(tmp_path: Path) -> None:
+    """Regression: a hybrid search before the first chunk answered OK with no hits, but
+    the Milvus Lite server printed a failed assertion and pymilvus an ERROR traceback for
+    its BM25 search over nothing, so a new deployment's log began with errors that were
+    not. Then, once rows exist, keyword searches find them."""
+    port = free_port()
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "memsvc", "serve", "--listen", f"127.0.0.1:{port}"),
+                *("--data-dir", str(tmp_path / "data")),
+            ],
+            env={
+                **os.environ,
+                "MEMSVC_EMBED_MODEL": "sentence-transformers/all-MiniLM-L6-v2",
+                "MEMSVC_METRICS_LISTEN": "",
+                "TQDM_DISABLE": "1",
+            },
+            stdout=out,
+            stderr=out,
+        )
+    target = f"127.0.0.1:{port}"
+    try:
+        with grpc.insecure_channel(target) as channel:
+            wait_serving(channel, proc)
+        for mode in ("hybrid", "keyword"):
+            found = json.loads(
+                cli(target, "search", "who looks after the dog?", "--mode", mode, "--json").stdout
+            )
+            assert found["hits"] == []
+        assert cli(target, "append", str(EXAMPLE), "--wait").returncode == 0
+        found = json.loads(cli(target, "search", "Biscuit", "--mode", "keyword", "--json").stdout)
+        assert any("Biscuit" in hit["text"] for hit in found["hits"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    text = log.read_text()
+    assert "NaN or Inf" not in text and "Traceback" not in text, text[-3000:]
+    assert '"level": "error"' not in text

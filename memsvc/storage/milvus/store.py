@@ -163,6 +163,9 @@ class MilvusChunkStore:
         self._token = token
         self._client = self._connect()
         self._up = threading.Event()
+        # Whether a row was ever seen: until then a keyword search counts rows first (see
+        # search_keyword).
+        self._rows_seen = False
         self.schema_version, self.identity = schema.ensure_collection(
             self._client, collection, uri, model
         )
@@ -363,6 +366,13 @@ class MilvusChunkStore:
     ) -> list[Candidate]:
         from pymilvus.exceptions import MilvusException
 
+        if not self._rows_seen:
+            # BM25 over an empty collection fails (below), and the Milvus Lite server prints
+            # an assertion and pymilvus an ERROR traceback for it: a new deployment's first
+            # searches would fill its log with errors that are not.
+            if not self.count(deleted=None):
+                return []
+            self._rows_seen = True
         for attempt in range(KEYWORD_STATS_TRIES):
             try:
                 result = self._client.search(
