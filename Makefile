@@ -122,7 +122,7 @@ proto-check: clients/node_modules/.installed
 CLIENT_VENV := clients/python/.venv
 $(CLIENT_VENV)/.installed: clients/python/pyproject.toml
 	test -x $(CLIENT_VENV)/bin/python || $(PYTHON) -m venv $(CLIENT_VENV)
-	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check "./clients/python[langchain,openai-agents]"
+	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check "./clients/python[langchain,openai-agents,llama-index,google-adk]"
 	touch $@
 
 test-clients: $(VENV)/.dev clients/node_modules/.installed $(CLIENT_VENV)/.installed

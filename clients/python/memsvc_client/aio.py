@@ -8,6 +8,7 @@ and TLS as `MemoryClient`, for frameworks that run on an event loop.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
@@ -139,3 +140,33 @@ class AsyncMemoryClient:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+class ClientPerLoop:
+    """One AsyncMemoryClient per running event loop, made on first use: a grpc.aio channel
+    belongs to the loop that made it, and frameworks run calls on loops of their own (the
+    Agents SDK's `run_sync`, LlamaIndex's sync wrappers)."""
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+    ) -> None:
+        self.target, self.token, self.ca_file = target, token, ca_file
+        self._clients: dict[asyncio.AbstractEventLoop, AsyncMemoryClient] = {}
+
+    def get(self) -> AsyncMemoryClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = AsyncMemoryClient(self.target, token=self.token, ca_file=self.ca_file)
+            self._clients[loop] = client
+        return client
+
+    async def close(self) -> None:
+        """Close the running loop's client, if it made one."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()

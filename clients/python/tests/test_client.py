@@ -12,6 +12,7 @@ import tempfile
 import time
 import unittest
 from pathlib import Path
+from typing import Any
 
 import grpc
 from memsvc_client import MemoryClient, MemsvcError, pb
@@ -36,6 +37,24 @@ def turn(conversation: str, turn_id: int, text: str) -> pb.MemoryEvent:
         text=text,
         timestamp=f"2026-02-02T10:0{turn_id}:00+08:00",
     )
+
+
+def readme_snippet(marker: str) -> str:
+    """The README's Integrations snippet that imports `marker`."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    return next(b for b in blocks if marker in b)
+
+
+def run_readme_snippet(
+    marker: str, target: str, token: str, scope: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Run that snippet as printed, against `target` with `token`; its variables."""
+    code = readme_snippet(marker).replace('"127.0.0.1:50051"', repr(target))
+    code = code.replace("token=None", f"token={token!r}")
+    scope = {} if scope is None else scope
+    exec(compile(code, "README.md", "exec"), scope)
+    return scope
 
 
 class ServerTestCase(unittest.TestCase):

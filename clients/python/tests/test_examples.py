@@ -36,3 +36,11 @@ class ExamplesTest(ServerTestCase):
         self.assertEqual(first, "evidence: (nothing yet)")
         second = self.run_example("langchain_memory.py", "Who looks after the dog?", "ex-chat")
         self.assertIn("Lena looks after the dog on Fridays", second)
+
+    def test_the_llama_index_example_remembers_the_first_run(self) -> None:
+        said = "My sister Lena looks after the dog on Fridays."
+        first = self.run_example("llama_index_memory.py", said, "ex-llama")
+        self.assertEqual(first, "remembered: (nothing yet)")
+        second = self.run_example("llama_index_memory.py", "Who looks after the dog?", "ex-llama")
+        self.assertTrue(second.startswith("remembered: "), second)
+        self.assertIn("Lena looks after the dog on Fridays", second)

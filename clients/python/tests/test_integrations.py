@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from memsvc_client import AsyncMemoryClient, MemoryClient, MemsvcError
 from memsvc_client.integrations.langchain import MemsvcChatMessageHistory, MemsvcRetriever
 
-from .test_client import READER, WRITER, ServerTestCase, turn
+from .test_client import READER, WRITER, ServerTestCase, run_readme_snippet, turn
 
 
 class AsyncClientTest(ServerTestCase):
@@ -124,13 +124,7 @@ class LangChainTest(ServerTestCase):
 
 class LangChainReadmeSnippetTest(ServerTestCase):
     def test_the_readme_snippet_runs(self) -> None:
-        from .test_openai_agents import readme_snippet
-
-        code = readme_snippet("integrations.langchain")
-        code = code.replace('"127.0.0.1:50051"', repr(self.target))
-        code = code.replace("token=None", f"token={WRITER!r}")
-        scope: dict[str, object] = {}
-        exec(compile(code, "README.md", "exec"), scope)
+        scope = run_readme_snippet("integrations.langchain", self.target, WRITER)
         docs = scope["docs"]
         assert isinstance(docs, list)
         self.assertIn("Miso", docs[0].page_content)

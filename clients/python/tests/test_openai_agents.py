@@ -11,12 +11,10 @@ here is the session, not the model."""
 from __future__ import annotations
 
 import asyncio
-import re
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 from agents import Agent, Runner, function_tool, set_tracing_disabled
@@ -32,7 +30,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from .test_client import ADMIN, WRITER, ServerTestCase
+from .test_client import ADMIN, WRITER, ServerTestCase, run_readme_snippet
 
 set_tracing_disabled(True)  # offline: no trace export
 
@@ -286,22 +284,13 @@ class SharedMemoryTest(ServerTestCase):
                 self.assertEqual(hits, [], query)
 
 
-def readme_snippet(marker: str) -> str:
-    """The README's Integrations snippet that imports `marker`."""
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
-    return next(b for b in blocks if marker in b)
-
-
 class ReadmeSnippetTest(ServerTestCase):
     def test_the_readme_snippet_runs(self) -> None:
-        code = readme_snippet("integrations.openai_agents")
-        code = code.replace('"127.0.0.1:50051"', repr(self.target))
-        code = code.replace("token=None", f"token={WRITER!r}")
         model = ScriptedModel()
         model.script = [[_message("Hello Ana.")]]
-        scope: dict[str, Any] = {"model": model}
-        exec(compile(code, "README.md", "exec"), scope)
+        scope = run_readme_snippet(
+            "integrations.openai_agents", self.target, WRITER, {"model": model}
+        )
         self.assertEqual(scope["result"].final_output, "Hello Ana.")
 
         async def stored() -> list[Any]:

@@ -32,14 +32,13 @@ runs each call on a loop of its own); `close()` closes them.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from memsvc_client.aio import AsyncMemoryClient
+from memsvc_client.aio import AsyncMemoryClient, ClientPerLoop
 from memsvc_client.client import MemsvcError
 from memsvc_client.v1 import memory_pb2 as pb
 
@@ -109,16 +108,11 @@ class MemsvcSession:
         self.session_id = session_id
         self.session_settings = session_settings
         self.max_text_chars = max_text_chars
-        self._connect = {"target": target, "token": token, "ca_file": ca_file}
-        self._clients: dict[asyncio.AbstractEventLoop, AsyncMemoryClient] = {}
+        self._clients = ClientPerLoop(target, token=token, ca_file=ca_file)
 
     @property
     def _client(self) -> AsyncMemoryClient:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = self._clients[loop] = AsyncMemoryClient(**self._connect)  # type: ignore[arg-type]
-        return client
+        return self._clients.get()
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         if limit is None and self.session_settings is not None:
@@ -172,8 +166,5 @@ class MemsvcSession:
         return reply
 
     async def close(self) -> None:
-        """Close the channels this session opened on the running event loop."""
-        loop = asyncio.get_running_loop()
-        client = self._clients.pop(loop, None)
-        if client is not None:
-            await client.close()
+        """Close the channel this session opened on the running event loop."""
+        await self._clients.close()

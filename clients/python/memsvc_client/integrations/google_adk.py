@@ -1,0 +1,180 @@
+"""memsvc as a Google ADK memory service (`pip install 'memsvc-client[google-adk]'`).
+
+`MemsvcMemoryService(BaseMemoryService)` goes where ADK takes a memory service
+(`Runner(..., memory_service=MemsvcMemoryService(target, token=...))`): agents' `load_memory`
+and `preload_memory` tools then search memsvc, and `add_session_to_memory` keeps a session's
+events there, shared by every process and replica.
+
+How ADK's types map onto memsvc:
+- ADK's memory is per app and user: each (app_name, user_id) is one memsvc conversation,
+  `"{app_name}/{user_id}"` (with a token limited to a tenant's prefixes, give app names
+  within them). Every session of that user goes into it, in the order added.
+- Each event with content is one turn: author "user" -> speaker "user"; an agent's event ->
+  "assistant" with the agent's name as speaker_name; an event answering a function call ->
+  "system". The turn's text is what the event says (its text parts, a function call's name
+  and arguments, a function response); its timestamp is the event's. The event's JSON is the
+  turn's `payload`, so `events()` gives the events back exactly.
+- Adding is idempotent by event id: `add_session_to_memory` may be called again as a
+  session grows, and adds only events not yet kept (`add_events_to_memory` too). Two
+  processes adding the same new events at the same moment may both add them.
+- `search_memory` returns one `MemoryEntry` per memsvc hit: its content the turns the hit
+  covers (standing instructions first), its author the speakers, its timestamp when they
+  began, its id `"turns:START-END"`. `delete_memory(memory_id=...)` deletes those turns: they
+  are never found or returned again. `purge` erases their text (an admin token).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+import grpc
+from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
+from google.adk.memory.memory_entry import MemoryEntry
+from google.genai import types
+
+from memsvc_client.aio import ClientPerLoop
+from memsvc_client.client import MemsvcError, search_request
+from memsvc_client.v1 import memory_pb2 as pb
+
+if TYPE_CHECKING:
+    from google.adk.events.event import Event
+    from google.adk.sessions.session import Session
+
+MEMORY_ID_PREFIX = "turns:"
+
+
+def conversation_of(app_name: str, user_id: str) -> str:
+    return f"{app_name}/{user_id}"
+
+
+def text_of(event: Event) -> str:
+    """What the event says, for search."""
+    parts = []
+    for part in event.content.parts if event.content and event.content.parts else []:
+        if part.text:
+            parts.append(part.text)
+        if part.function_call:
+            args = json.dumps(part.function_call.args or {}, ensure_ascii=False)
+            parts.append(f"{part.function_call.name} {args}")
+        if part.function_response:
+            answer = json.dumps(part.function_response.response or {}, ensure_ascii=False)
+            parts.append(f"{part.function_response.name}: {answer}")
+    return "\n".join(p for p in parts if p.strip())
+
+
+def to_turn(conversation_id: str, event: Event, max_text_chars: int) -> pb.MemoryEvent:
+    responds = bool(event.get_function_responses())
+    speaker = "user" if event.author == "user" else "system" if responds else "assistant"
+    when = datetime.fromtimestamp(event.timestamp, timezone.utc).isoformat()  # noqa: UP017 (3.10)
+    return pb.MemoryEvent(
+        conversation_id=conversation_id,
+        speaker=speaker,
+        speaker_name="" if speaker == "user" else event.author,
+        text=text_of(event)[:max_text_chars],
+        timestamp=when,
+        payload=event.model_dump_json(exclude_none=True),
+    )
+
+
+def to_entry(hit: pb.Hit) -> MemoryEntry:
+    meta = hit.metadata
+    lines = [line for line in hit.text.splitlines() if line.strip()]
+    if lines and lines[0].startswith("[Context:"):  # the chunk's context: said apart below
+        lines = lines[1:]
+    return MemoryEntry(
+        id=f"{MEMORY_ID_PREFIX}{meta.turn_range.start}-{meta.turn_range.end}",
+        content=types.Content(role="user", parts=[types.Part(text="\n".join(lines))]),
+        author=", ".join(meta.speakers) or None,
+        timestamp=meta.timestamp_range.start or None,
+        custom_metadata={"score": hit.score, "chunk_id": hit.chunk_id},
+    )
+
+
+class MemsvcMemoryService(BaseMemoryService):
+    """ADK memory kept in memsvc (see the module's docstring for the mapping)."""
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+        top_k: int = 10,
+        max_text_chars: int = 100_000,
+    ) -> None:
+        self.top_k = top_k
+        self.max_text_chars = max_text_chars
+        self._clients = ClientPerLoop(target, token=token, ca_file=ca_file)
+
+    async def add_session_to_memory(self, session: Session) -> None:
+        await self.add_events_to_memory(
+            app_name=session.app_name, user_id=session.user_id, events=session.events
+        )
+
+    async def add_events_to_memory(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        events: Sequence[Event],
+        session_id: str | None = None,
+        custom_metadata: Mapping[str, object] | None = None,
+    ) -> None:
+        conversation = conversation_of(app_name, user_id)
+        kept = {e.id for e in await self.events(app_name=app_name, user_id=user_id)}
+        new = [e for e in events if e.id not in kept and text_of(e)]
+        if not new:
+            return
+        turns = [to_turn(conversation, e, self.max_text_chars) for e in new]
+        reply = await self._clients.get().append(turns, assign_turn_ids=True)
+        if reply.errors:  # nothing was written: say why, never drop silently
+            raise ValueError(f"memsvc refused the events: {reply.errors[0].message}")
+
+    async def events(self, *, app_name: str, user_id: str) -> list[Event]:
+        """Every event kept for this user, in the order added, exactly as added."""
+        from google.adk.events.event import Event
+
+        try:
+            turns = await self._clients.get().export(conversation_of(app_name, user_id))
+        except MemsvcError as exc:
+            if exc.code is grpc.StatusCode.NOT_FOUND:
+                return []
+            raise
+        return [Event.model_validate_json(t.payload) for t in turns if t.payload]
+
+    async def search_memory(
+        self, *, app_name: str, user_id: str, query: str
+    ) -> SearchMemoryResponse:
+        request = search_request(query, [conversation_of(app_name, user_id)], self.top_k, None, ())
+        try:
+            reply: pb.EmbedDbResponse = await self._clients.get().call("EmbedDb", request)
+        except MemsvcError as exc:
+            if exc.code is grpc.StatusCode.NOT_FOUND:  # nothing kept for this user yet
+                return SearchMemoryResponse()
+            raise
+        hits = [*reply.standing, *reply.hits]
+        return SearchMemoryResponse(memories=[to_entry(h) for h in hits])
+
+    async def delete_memory(
+        self, *, app_name: str, user_id: str, memory_id: str | None = None
+    ) -> None:
+        if not memory_id:
+            return
+        if not memory_id.startswith(MEMORY_ID_PREFIX):
+            raise ValueError(f"not a memsvc memory id: {memory_id!r} (turns:START-END)")
+        start, _, end = memory_id.removeprefix(MEMORY_ID_PREFIX).partition("-")
+        conversation = conversation_of(app_name, user_id)
+        await self._clients.get().delete(conversation, (int(start), int(end)))
+
+    async def purge(self, *, app_name: str, user_id: str) -> pb.PurgeDeletedResponse:
+        """Erase the text of this user's deleted turns for good (an admin token)."""
+        request = pb.PurgeDeletedRequest(conversation_id=conversation_of(app_name, user_id))
+        reply: pb.PurgeDeletedResponse = await self._clients.get().call("PurgeDeleted", request)
+        return reply
+
+    async def close(self) -> None:
+        """Close the channel this service opened on the running event loop."""
+        await self._clients.close()

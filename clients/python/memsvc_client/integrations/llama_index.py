@@ -1,0 +1,172 @@
+"""memsvc as a LlamaIndex long-term memory block (`pip install 'memsvc-client[llama-index]'`,
+llama-index-core's `Memory`).
+
+`MemsvcMemoryBlock(BaseMemoryBlock[str])` goes in `Memory.from_defaults(memory_blocks=[...])`
+beside or instead of `VectorMemoryBlock`. The `Memory` keeps recent messages itself and
+hands the block the ones it flushes out of its token budget; the block keeps them in memsvc
+and, on every `aget`, returns what memsvc finds for the latest messages, which the `Memory`
+inserts into the prompt. Unlike a vector store of flushed batches, each message stays a
+turn: deletes, tenants, exports and every replica see the same memory.
+
+How LlamaIndex's types map onto memsvc:
+- The conversation is `conversation_id` if given, else the `Memory`'s `session_id` (which
+  the `Memory` passes on every put and get). With a token limited to a tenant's prefixes,
+  use ids within them.
+- Each `ChatMessage` is one turn. Its JSON (`model_dump_json`, without the `session_id` the
+  `Memory` adds) is the turn's `payload`, so `messages()` gives back the messages exactly.
+  The turn's `text` is what the message says: its text blocks, `[<role>]` when it has none.
+- Speaker: role user -> "user"; assistant, model and chatbot -> "assistant"; system,
+  developer, tool and function -> "system".
+- Turn ids and timestamps are the server's (`assign_turn_ids`): several processes may put
+  into one conversation.
+- `aget` searches the conversation with the text of the last `retrieval_context_window`
+  messages (`top_k` hits, memsvc's default hybrid mode), and lists standing instructions
+  the server returns apart ("always answer in metric units") before the hits.
+- `clear()` deletes the conversation's turns (they never come back); `purge()` erases their
+  text (an admin token).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
+from llama_index.core.memory.memory import BaseMemoryBlock
+from pydantic import Field, PrivateAttr
+
+from memsvc_client.aio import ClientPerLoop
+from memsvc_client.client import MemsvcError, search_request
+from memsvc_client.v1 import memory_pb2 as pb
+
+SPEAKERS = {
+    MessageRole.USER: "user",
+    MessageRole.ASSISTANT: "assistant",
+    MessageRole.MODEL: "assistant",
+    MessageRole.CHATBOT: "assistant",
+}  # every other role (system, developer, tool, function) -> "system"
+ROLES = {"user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
+SESSION_KEY = "session_id"  # what Memory.aput writes into each message's additional_kwargs
+
+
+def text_of(message: ChatMessage) -> str:
+    """What the message says, for search."""
+    text = "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and b.text.strip())
+    return text or f"[{message.role.value}]"
+
+
+def describe(hit: pb.Hit) -> str:
+    """One line per hit: the day and speakers, then the turns (without the chunk's context
+    line, which says the same)."""
+    meta = hit.metadata
+    when = meta.timestamp_range.start[:10]
+    head = " ".join(part for part in (when, ", ".join(meta.speakers)) if part)
+    lines = [line for line in hit.text.splitlines() if line.strip()]
+    if lines and lines[0].startswith("[Context:"):
+        lines = lines[1:]
+    said = " / ".join(lines)
+    return f"- ({head}) {said}" if head else f"- {said}"
+
+
+class MemsvcMemoryBlock(BaseMemoryBlock[str]):
+    """Long-term memory kept in memsvc (see the module's docstring for the mapping)."""
+
+    name: str = Field(default="memsvc", description="The block's name in the prompt.")
+    target: str = Field(default="127.0.0.1:50051", description="memsvc's gRPC HOST:PORT.")
+    token: str | None = Field(default=None, description="Bearer token, when auth is on.")
+    ca_file: str | None = Field(default=None, description="PEM CA bundle, for TLS.")
+    conversation_id: str | None = Field(
+        default=None, description="The conversation; None = the Memory's session_id."
+    )
+    top_k: int = Field(default=5, description="Hits per retrieval.")
+    retrieval_context_window: int = Field(
+        default=3, description="How many of the latest messages make the query."
+    )
+    max_text_chars: int = Field(
+        default=100_000, description="Searchable text per message, at most (the payload is whole)."
+    )
+    _clients: ClientPerLoop = PrivateAttr()
+
+    def model_post_init(self, context: Any) -> None:
+        self._clients = ClientPerLoop(self.target, token=self.token, ca_file=self.ca_file)
+
+    def _conversation(self, session_id: str | None) -> str:
+        conversation = self.conversation_id or session_id
+        if not conversation:
+            raise ValueError("MemsvcMemoryBlock needs conversation_id or a Memory session_id")
+        return conversation
+
+    async def _aget(
+        self,
+        messages: list[ChatMessage] | None = None,
+        session_id: str | None = None,
+        **block_kwargs: Any,
+    ) -> str:
+        context = (messages or [])[-self.retrieval_context_window :]
+        query = " ".join(text_of(m) for m in context if m.role == MessageRole.USER)
+        query = query or " ".join(text_of(m) for m in context)
+        if not query.strip():
+            return ""
+        request = search_request(query, [self._conversation(session_id)], self.top_k, None, ())
+        try:
+            reply: pb.EmbedDbResponse = await self._clients.get().call("EmbedDb", request)
+        except MemsvcError as exc:
+            if exc.code is grpc.StatusCode.NOT_FOUND:  # nothing kept yet
+                return ""
+            raise
+        lines = []
+        if reply.standing:
+            lines += ["Standing instructions:", *(describe(h) for h in reply.standing)]
+        if reply.hits:
+            lines += ["From earlier in the conversation:", *(describe(h) for h in reply.hits)]
+        return "\n".join(lines)
+
+    async def _aput(self, messages: list[ChatMessage]) -> None:
+        if not messages:
+            return
+        events = []
+        session_id = None
+        for message in messages:
+            kept = message.model_copy(deep=True)
+            session_id = kept.additional_kwargs.pop(SESSION_KEY, session_id)
+            events.append(
+                pb.MemoryEvent(
+                    speaker=SPEAKERS.get(kept.role, "system"),
+                    text=text_of(kept)[: self.max_text_chars],
+                    payload=kept.model_dump_json(),
+                )
+            )
+        conversation = self._conversation(session_id)
+        for event in events:
+            event.conversation_id = conversation
+        reply = await self._clients.get().append(events, assign_turn_ids=True)
+        if reply.errors:  # nothing was written: say why, never drop silently
+            raise ValueError(f"memsvc refused the messages: {reply.errors[0].message}")
+
+    async def messages(self, session_id: str | None = None) -> list[ChatMessage]:
+        """Every message kept in the conversation, in order, exactly as put."""
+        events = await self._clients.get().export(self._conversation(session_id))
+        return [
+            ChatMessage.model_validate_json(e.payload)
+            if e.payload  # another client's turn: a message of its text
+            else ChatMessage(role=ROLES.get(e.speaker, MessageRole.SYSTEM), content=e.text)
+            for e in events
+        ]
+
+    async def clear(self, session_id: str | None = None) -> None:
+        """Delete the conversation's turns: they are never found or returned again."""
+        try:
+            await self._clients.get().delete(self._conversation(session_id))
+        except MemsvcError as exc:
+            if exc.code is not grpc.StatusCode.NOT_FOUND:  # nothing ever put: nothing to clear
+                raise
+
+    async def purge(self, session_id: str | None = None) -> pb.PurgeDeletedResponse:
+        """Erase the text of the conversation's deleted turns for good (an admin token)."""
+        request = pb.PurgeDeletedRequest(conversation_id=self._conversation(session_id))
+        reply: pb.PurgeDeletedResponse = await self._clients.get().call("PurgeDeleted", request)
+        return reply
+
+    async def close(self) -> None:
+        """Close the channel this block opened on the running event loop."""
+        await self._clients.close()

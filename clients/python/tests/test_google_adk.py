@@ -1,0 +1,149 @@
+"""memsvc as a Google ADK memory service, against a real memsvc and the real installed
+`google-adk` (the `google-adk` extra in the client's venv): ADK's own sessions and events
+(InMemorySessionService) added to memory, idempotently as the session grows; searched by
+what they say from another process's service; function calls round-tripped exactly;
+memories deleted by the id search gave them stay deleted."""
+
+from __future__ import annotations
+
+import asyncio
+
+from google.adk.events import Event
+from google.adk.memory.base_memory_service import BaseMemoryService
+from google.adk.sessions import InMemorySessionService, Session
+from google.genai import types
+from memsvc_client import MemoryClient
+from memsvc_client.integrations.google_adk import MemsvcMemoryService
+
+from .test_client import ADMIN, WRITER, ServerTestCase
+
+
+def said(author: str, text: str) -> Event:
+    role = "user" if author == "user" else "model"
+    return Event(author=author, content=types.Content(role=role, parts=[types.Part(text=text)]))
+
+
+def called() -> Event:
+    call = types.FunctionCall(name="lookup_locker", args={"gym": "Harbour Street"})
+    return Event(
+        author="coach", content=types.Content(role="model", parts=[types.Part(function_call=call)])
+    )
+
+
+def answered() -> Event:
+    response = types.FunctionResponse(
+        name="lookup_locker", response={"locker": 212, "code": "4417"}
+    )
+    return Event(
+        author="coach",
+        content=types.Content(role="user", parts=[types.Part(function_response=response)]),
+    )
+
+
+async def session_with(
+    events: list[Event], app: str, user: str
+) -> tuple[InMemorySessionService, Session]:
+    sessions = InMemorySessionService()
+    session = await sessions.create_session(app_name=app, user_id=user)
+    for event in events:
+        await sessions.append_event(session, event)
+    got = await sessions.get_session(app_name=app, user_id=user, session_id=session.id)
+    assert got is not None
+    return sessions, got
+
+
+class MemoryServiceTest(ServerTestCase):
+    def service(self, token: str = WRITER) -> MemsvcMemoryService:
+        return MemsvcMemoryService(self.target, token=token)
+
+    def indexed(self, conversation: str) -> None:
+        with MemoryClient(self.target, token=WRITER) as client:
+            last = client.export(conversation)[-1].turn_id
+            self.assertTrue(client.wait_for_indexed(conversation, last).indexed)
+
+    def test_is_a_memory_service(self) -> None:
+        self.assertIsInstance(self.service(), BaseMemoryService)
+
+    def test_a_growing_session_is_added_once_per_event_and_found_by_another_process(self) -> None:
+        first = [
+            said("user", "I joined the climbing gym on Harbour Street."),
+            said("coach", "Great, welcome!"),
+        ]
+
+        async def add() -> list[Event]:
+            memory = self.service()
+            sessions, session = await session_with(first, "gym", "ana")
+            await memory.add_session_to_memory(session)
+            await memory.add_session_to_memory(session)  # again: nothing twice
+            for event in (called(), answered(), said("coach", "Your locker is 212.")):
+                await sessions.append_event(session, event)
+            grown = await sessions.get_session(app_name="gym", user_id="ana", session_id=session.id)
+            assert grown is not None
+            await memory.add_session_to_memory(grown)
+            kept = await memory.events(app_name="gym", user_id="ana")
+            await memory.close()
+            self.assertEqual([e.id for e in kept], [e.id for e in grown.events])
+            return list(grown.events)
+
+        added = asyncio.run(add())
+        with MemoryClient(self.target, token=WRITER) as client:
+            turns = client.export("gym/ana")
+        self.assertEqual(
+            [t.speaker for t in turns], ["user", "assistant", "assistant", "system", "assistant"]
+        )
+        self.assertEqual(turns[1].speaker_name, "coach")
+        self.assertIn('lookup_locker {"gym": "Harbour Street"}', turns[2].text)
+        self.assertIn('"code": "4417"', turns[3].text)
+        self.indexed("gym/ana")
+
+        async def search() -> tuple[list[Event], list[str]]:
+            memory = self.service()  # another process's service: nothing in common but memsvc
+            kept = await memory.events(app_name="gym", user_id="ana")
+            found = await memory.search_memory(app_name="gym", user_id="ana", query="locker code")
+            await memory.close()
+            texts = [p.text or "" for m in found.memories for p in (m.content.parts or [])]
+            return kept, texts
+
+        kept, texts = asyncio.run(search())
+        self.assertEqual(kept, added)  # exactly, function call and response included
+        self.assertTrue(any("4417" in t for t in texts), texts)
+
+    def test_users_are_apart_and_deleted_memories_stay_deleted(self) -> None:
+        secret = "The spare key is under the blue flowerpot."
+
+        async def run() -> tuple[list[str], list[str], list[str]]:
+            memory = self.service()
+            for user, text in (("bo", secret), ("cy", "I keep my keys on a hook by the door.")):
+                _, session = await session_with([said("user", text)], "home", user)
+                await memory.add_session_to_memory(session)
+            self.indexed("home/bo")
+            self.indexed("home/cy")
+            found = await memory.search_memory(
+                app_name="home", user_id="cy", query="spare key flowerpot"
+            )
+            others = [p.text or "" for m in found.memories for p in (m.content.parts or [])]
+            mine = await memory.search_memory(
+                app_name="home", user_id="bo", query="spare key flowerpot"
+            )
+            ids = [m.id or "" for m in mine.memories]
+            texts = [p.text or "" for m in mine.memories for p in (m.content.parts or [])]
+            for memory_id in ids:
+                await memory.delete_memory(app_name="home", user_id="bo", memory_id=memory_id)
+            after = await memory.search_memory(
+                app_name="home", user_id="bo", query="spare key flowerpot"
+            )
+            await memory.close()
+            return others, texts, [m.id or "" for m in after.memories]
+
+        others, texts, after = asyncio.run(run())
+        self.assertFalse(any("flowerpot" in t for t in others))
+        self.assertTrue(any("flowerpot" in t for t in texts))
+        self.assertEqual(after, [])
+        purged = asyncio.run(self.service(ADMIN).purge(app_name="home", user_id="bo"))
+        self.assertEqual(purged.events_purged, 1)
+
+    def test_an_unknown_user_has_no_memories(self) -> None:
+        found = asyncio.run(
+            self.service().search_memory(app_name="x", user_id="nobody", query="anything")
+        )
+        self.assertEqual(found.memories, [])
