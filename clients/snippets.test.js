@@ -10,10 +10,11 @@ import { connect } from "./node/memsvc.js";
 import { ROOT, startMemsvc } from "./testing.js";
 
 const PAGE = readFileSync(path.join(ROOT, "docs", "surfaces", "clients.md"), "utf8");
+const README = readFileSync(path.join(ROOT, "README.md"), "utf8");
 
-/** The fenced blocks of the page in `lang`, as written. */
-function blocks(lang) {
-  return [...PAGE.matchAll(new RegExp("```" + lang + "\\n([\\s\\S]*?)```", "g"))].map((m) => m[1]);
+/** The fenced blocks of the page (or another text) in `lang`, as written. */
+function blocks(lang, text = PAGE) {
+  return [...text.matchAll(new RegExp("```" + lang + "\\n([\\s\\S]*?)```", "g"))].map((m) => m[1]);
 }
 
 function program(lang, name) {
@@ -47,11 +48,16 @@ test("the set-up commands are the ones make test-clients runs", () => {
   assert.match(setUp[1], /npm run generate/);
 });
 
-function run(source, dir, file, argv) {
+function run(source, dir, file, argv, env = {}) {
   const where = path.join(dir, file);
   writeFileSync(where, source);
   try {
-    return execFileSync(argv[0], [...argv.slice(1), where], { cwd: dir, encoding: "utf8", timeout: 120_000 });
+    return execFileSync(argv[0], [...argv.slice(1), where], {
+      cwd: dir,
+      encoding: "utf8",
+      timeout: 120_000,
+      env: { ...process.env, ...env },
+    });
   } finally {
     rmSync(where, { force: true });
   }
@@ -73,4 +79,26 @@ test("the TypeScript program runs as printed", () => {
   const out = run(source, path.join(ROOT, "clients", "ts"), `.quickstart-${process.pid}.ts`, [tsx]);
   assert.match(out, /flowerpot/);
   assert.match(out, /field: 'top_k'/);
+});
+
+// The integration snippets (README.md's and this page's) use `client` and `model`, which an
+// app has: the stand-ins give them (this memsvc and an offline model), put before the snippet.
+test("the TypeScript integration snippets run as printed", () => {
+  const snippets = [...blocks("ts", README), ...blocks("ts")].filter((b) => b.includes("./integrations/"));
+  const expected = [
+    ["ai-sdk.js", "memoryToolsModel()", "text", /blue pot/],
+    ["openai-agents.js", "new EchoModel()", "again.finalOutput", /saw 3 items; first "I'm Ana."/],
+  ];
+  assert.equal(snippets.length, expected.length);
+  const tsx = path.join(ROOT, "clients", "node_modules", ".bin", "tsx");
+  for (const [module, model, result, printed] of expected) {
+    const snippet = snippets.find((b) => b.includes(`./integrations/${module}`));
+    const source =
+      'import { EchoModel, memoryToolsModel, memsvcClient } from "./testdata/stand-ins.js";\n' +
+      `const client = memsvcClient();\nconst model = ${model};\n` +
+      `${snippet}\nconsole.log(${result});\n`;
+    const env = { MEMSVC_TARGET: server.target, OPENAI_AGENTS_DISABLE_TRACING: "1" };
+    const out = run(source, path.join(ROOT, "clients", "ts"), `.snippet-${process.pid}.ts`, [tsx], env);
+    assert.match(out, printed);
+  }
 });

@@ -2,6 +2,7 @@
 // free loopback ports (gRPC, and HTTP for the Connect protocol), with the bundled offline
 // model and a throwaway data dir.
 import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import os from "node:os";
@@ -23,7 +24,7 @@ function freePort() {
 
 /**
  * Start memsvc; `ready(target, http)` must resolve once it answers (retried until it does).
- * @returns {Promise<{target: string, http: string, stop: () => void}>}
+ * @returns {Promise<{target: string, http: string, stop: () => Promise<void>}>}
  */
 export async function startMemsvc(ready) {
   const port = await freePort();
@@ -48,8 +49,13 @@ export async function startMemsvc(ready) {
   );
   const target = `127.0.0.1:${port}`;
   const http = `http://127.0.0.1:${httpPort}`;
-  const stop = () => {
-    child.kill("SIGTERM");
+  // the data dir goes once the server has stopped: not under a store still writing to it
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = once(child, "exit");
+      child.kill("SIGTERM");
+      await exited;
+    }
     rmSync(dataDir, { recursive: true, force: true });
   };
   const deadline = Date.now() + 180_000;
@@ -59,7 +65,7 @@ export async function startMemsvc(ready) {
       return { target, http, stop };
     } catch (err) {
       if (Date.now() > deadline || child.exitCode !== null) {
-        stop();
+        await stop();
         throw err;
       }
       await new Promise((r) => setTimeout(r, 500));

@@ -17,9 +17,9 @@ before(async () => {
   });
 });
 
-after(() => {
+after(async () => {
   client?.close();
-  server?.stop();
+  await server?.stop();
 });
 
 const event = (conversation_id, turn_id, text) => ({

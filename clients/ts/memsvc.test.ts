@@ -17,7 +17,7 @@ import {
 } from "./gen/memsvc/v1/memory_pb.js";
 import { startMemsvc } from "../testing.js";
 
-let server: { target: string; http: string; stop: () => void } | undefined;
+let server: { target: string; http: string; stop: () => Promise<void> } | undefined;
 const clients: Record<string, Client<typeof MemoryService>> = {};
 
 before(async () => {

@@ -1,0 +1,161 @@
+/**
+ * memsvc as an OpenAI Agents SDK (JS) session: `run(agent, input, { session })`.
+ *
+ * `MemsvcSession` implements the SDK's `Session` interface (`getSessionId`, `getItems`,
+ * `addItems`, `popItem`, `clearSession`) on a Connect client of memsvc (gRPC or HTTP
+ * transport, with whatever interceptors carry the caller's token). Unlike the SDK's
+ * `MemorySession`, any number of processes may share one session: memsvc numbers the
+ * items and holds the conversation while it writes.
+ *
+ * How the SDK's items map onto memsvc (the same as the Python adapter's):
+ * - The session id is the conversation id (with a token limited to a tenant's prefixes,
+ *   give an id within them, e.g. "acme/" + the user's id).
+ * - Each `AgentInputItem` (a message, a function call, its result, a reasoning item, ...) is
+ *   one turn. Its JSON, exactly as added, is the turn's `payload`, and `getItems` returns it
+ *   unchanged: tool calls, `providerData` and structured content round-trip.
+ * - The turn's `text`, which memsvc chunks and searches, is what the item says: a message's
+ *   content (or the text parts of its content list), a call's name and arguments, a call's
+ *   output, reasoning text; `[<type>]` when it says nothing. At most `maxTextChars` of it
+ *   (the server's MEMSVC_MAX_TURN_CHARS, 100,000 by default): a huge tool output is
+ *   searchable by its head and still comes back whole.
+ * - Speaker: role user -> "user"; role assistant, and calls the model makes -> "assistant";
+ *   role system, and the results of calls (`*_result`, `*_output`) -> "system".
+ * - Turn ids and timestamps are the server's (`assignTurnIds`): writers in several processes
+ *   never collide, and each call's items stay together and in order.
+ * - `popItem` deletes the newest live turn and returns its item; `clearSession` deletes
+ *   every turn. Deleted turns never come back (not in `getItems`, not in search); their
+ *   text stays in the log until `purge()` erases it (an admin token).
+ */
+import { Code, ConnectError, type Client } from "@connectrpc/connect";
+import type { AgentInputItem, Session } from "@openai/agents-core";
+import { MemoryService, type MemoryEvent } from "../gen/memsvc/v1/memory_pb.js";
+
+export type MemoryClient = Client<typeof MemoryService>;
+
+const ROLES: Record<string, string> = {
+  user: "user",
+  assistant: "assistant",
+  system: "system",
+  developer: "system",
+};
+
+export function speakerOf(item: AgentInputItem): string {
+  const { role, type } = item as { role?: unknown; type?: unknown };
+  if (typeof role === "string" && role in ROLES) return ROLES[role];
+  const kind = String(type ?? "");
+  return kind.endsWith("_result") || kind.endsWith("_output") ? "system" : "assistant";
+}
+
+function saidBy(value: unknown): string[] {
+  if (typeof value === "string") return [value];
+  if (Array.isArray(value)) return value.flatMap(saidBy);
+  if (value && typeof value === "object") {
+    const { text, refusal } = value as { text?: unknown; refusal?: unknown };
+    if (typeof text === "string") return [text];
+    if (typeof refusal === "string") return [refusal];
+  }
+  return [];
+}
+
+/** What the item says, for search. */
+export function textOf(item: AgentInputItem): string {
+  const fields = item as Record<string, unknown>;
+  const parts = [
+    ...saidBy(fields.content),
+    ...["name", "arguments"].flatMap((key) =>
+      typeof fields[key] === "string" ? [fields[key] as string] : [],
+    ),
+    ...saidBy(fields.output),
+    ...saidBy(fields.rawContent),
+  ];
+  const text = parts.filter((p) => p.trim()).join("\n");
+  return text || `[${String(fields.type ?? fields.role ?? "item")}]`;
+}
+
+function itemOf(event: MemoryEvent): AgentInputItem {
+  if (event.payload) return JSON.parse(event.payload) as AgentInputItem;
+  // a turn written by another client: a message with what it says
+  return { role: event.speaker, content: event.text } as AgentInputItem;
+}
+
+// Cut by characters (code points), as the server counts them, never inside a surrogate pair.
+function head(text: string, chars: number): string {
+  return text.length <= chars ? text : Array.from(text).slice(0, chars).join("");
+}
+
+export class MemsvcSession implements Session {
+  constructor(
+    private readonly client: MemoryClient,
+    private readonly sessionId: string,
+    private readonly options: { maxTextChars?: number } = {},
+  ) {}
+
+  async getSessionId(): Promise<string> {
+    return this.sessionId;
+  }
+
+  private async events(): Promise<MemoryEvent[]> {
+    const events: MemoryEvent[] = [];
+    let pageToken = "";
+    do {
+      const page = await this.client.exportEvents({ conversationId: this.sessionId, pageToken });
+      events.push(...page.events);
+      pageToken = page.nextPageToken;
+    } while (pageToken);
+    return events;
+  }
+
+  async getItems(limit?: number): Promise<AgentInputItem[]> {
+    if (limit !== undefined && limit <= 0) return [];
+    const events = await this.events();
+    return (limit === undefined ? events : events.slice(-limit)).map(itemOf);
+  }
+
+  async addItems(items: AgentInputItem[]): Promise<void> {
+    if (items.length === 0) return;
+    const maxTextChars = this.options.maxTextChars ?? 100_000;
+    const reply = await this.client.appendEvents({
+      events: items.map((item) => ({
+        conversationId: this.sessionId,
+        speaker: speakerOf(item),
+        text: head(textOf(item), maxTextChars),
+        payload: JSON.stringify(item),
+      })),
+      assignTurnIds: true,
+    });
+    if (reply.errors.length > 0) {
+      // the conversation was not written: say why, never drop silently
+      throw new Error(`memsvc refused the items: ${reply.errors[0].message}`);
+    }
+  }
+
+  async popItem(): Promise<AgentInputItem | undefined> {
+    for (;;) {
+      const events = await this.events();
+      const newest = events.at(-1);
+      if (newest === undefined) return undefined;
+      const turns = { start: newest.turnId, end: newest.turnId };
+      const deleted = await this.client.logicalDeleteBySource({
+        conversationId: this.sessionId,
+        turnRange: turns,
+      });
+      if (deleted.eventsDeleted > 0) return itemOf(newest);
+      // another process popped it first: the next newest is ours to take
+    }
+  }
+
+  async clearSession(): Promise<void> {
+    try {
+      await this.client.logicalDeleteBySource({ conversationId: this.sessionId });
+    } catch (err) {
+      // nothing ever added: nothing to clear
+      if (ConnectError.from(err).code !== Code.NotFound) throw err;
+    }
+  }
+
+  /** Erase the text of this session's deleted turns for good (needs an admin token). */
+  async purge(): Promise<{ eventsPurged: number; chunksPurged: number }> {
+    const reply = await this.client.purgeDeleted({ conversationId: this.sessionId });
+    return { eventsPurged: reply.eventsPurged, chunksPurged: reply.chunksPurged };
+  }
+}
