@@ -125,13 +125,24 @@ $(CLIENT_VENV)/.installed: clients/python/pyproject.toml
 	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check "./clients/python[langchain,openai-agents,llama-index,google-adk]"
 	touch $@
 
-test-clients: $(VENV)/.dev clients/node_modules/.installed $(CLIENT_VENV)/.installed
+# CrewAI pins openai < 3 and mcp < 2, older than the other frameworks': a venv of its own
+CREWAI_VENV := clients/python/.venv-crewai
+$(CREWAI_VENV)/.installed: clients/python/pyproject.toml
+	test -x $(CREWAI_VENV)/bin/python || $(PYTHON) -m venv $(CREWAI_VENV)
+	$(CREWAI_VENV)/bin/python -m pip install -q --disable-pip-version-check ./clients/python crewai==1.15.30
+	touch $@
+
+test-clients: $(VENV)/.dev clients/node_modules/.installed $(CLIENT_VENV)/.installed $(CREWAI_VENV)/.installed
 	cd clients && npm test
 	$(PY) clients/python/stubs.py
 	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps \
 		--force-reinstall ./clients/python
 	cd clients/python && MEMSVC_PYTHON=$(abspath $(PY)) .venv/bin/python -m unittest discover \
 		-s tests -t . -v
+	$(CREWAI_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps \
+		--force-reinstall ./clients/python
+	cd clients/python && MEMSVC_PYTHON=$(abspath $(PY)) .venv-crewai/bin/python -m unittest \
+		discover -s tests_crewai -t . -v
 	# Go: when a toolchain is present (.ci/run installs Debian's; README lists the packages)
 	if command -v go >/dev/null; then bash clients/go/run.sh; \
 	else echo "test-clients: no Go toolchain, the Go client was not built"; fi
