@@ -8,9 +8,11 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,27 @@ def run_readme_snippet(
     scope = {} if scope is None else scope
     exec(compile(code, "README.md", "exec"), scope)
     return scope
+
+
+def run_writers(code: str, target: str, names: Sequence[str] = ("left", "right")) -> None:
+    """Run `code` in one process per name at once (argv: target, a writer token, the name)."""
+    procs = [subprocess.Popen([sys.executable, "-c", code, target, WRITER, n]) for n in names]
+    codes = [p.wait(timeout=300) for p in procs]
+    if codes != [0] * len(procs):
+        raise AssertionError(f"writer processes exited with {codes}")
+
+
+def check_writers_kept(
+    case: unittest.TestCase, said: list[str], count: int, names: Sequence[str] = ("left", "right")
+) -> None:
+    """Each writer of `run_writers` wrote `count` pairs ("NAME i", "NAME ok i"): all of them
+    are in `said`, each writer's in its order, each pair together."""
+    case.assertEqual(len(said), 2 * count * len(names))
+    for name in names:
+        mine = [s for s in said if s.startswith(f"{name} ")]
+        case.assertEqual(mine, [t for k in range(count) for t in (f"{name} {k}", f"{name} ok {k}")])
+    pairs = [(said[k], said[k + 1]) for k in range(0, len(said), 2)]
+    case.assertTrue(all(b == a.replace(" ", " ok ", 1) for a, b in pairs))
 
 
 class ServerTestCase(unittest.TestCase):

@@ -15,7 +15,7 @@ from google.genai import types
 from memsvc_client import MemoryClient
 from memsvc_client.integrations.google_adk import MemsvcMemoryService
 
-from .test_client import ADMIN, WRITER, ServerTestCase
+from .test_client import ADMIN, WRITER, ServerTestCase, check_writers_kept, run_writers
 
 
 def said(author: str, text: str) -> Event:
@@ -107,6 +107,43 @@ class MemoryServiceTest(ServerTestCase):
         kept, texts = asyncio.run(search())
         self.assertEqual(kept, added)  # exactly, function call and response included
         self.assertTrue(any("4417" in t for t in texts), texts)
+
+    def test_two_processes_add_sessions_of_one_user_and_lose_nothing(self) -> None:
+        # two workers of one app, each with its own growing session of the same user
+        writer = (
+            "import asyncio, sys\n"
+            "from google.adk.events import Event\n"
+            "from google.adk.sessions import InMemorySessionService\n"
+            "from google.genai import types\n"
+            "from memsvc_client.integrations.google_adk import MemsvcMemoryService\n"
+            "def said(author, role, text):\n"
+            "    return Event(author=author, content=types.Content(role=role,"
+            " parts=[types.Part(text=text)]))\n"
+            "async def main():\n"
+            "    memory, name = MemsvcMemoryService(sys.argv[1], token=sys.argv[2]), sys.argv[3]\n"
+            "    sessions = InMemorySessionService()\n"
+            "    session = await sessions.create_session(app_name='shop', user_id='u1')\n"
+            "    for i in range(15):\n"
+            "        for who, role, text in (('user', 'user', f'{name} {i}'),\n"
+            "                                ('coach', 'model', f'{name} ok {i}')):\n"
+            "            await sessions.append_event(session, said(who, role, text))\n"
+            "        await memory.add_session_to_memory(session)\n"
+            "    await memory.close()\n"
+            "asyncio.run(main())\n"
+        )
+        run_writers(writer, self.target)
+
+        async def read() -> list[str]:
+            service = self.service()
+            try:
+                events = await service.events(app_name="shop", user_id="u1")
+                return [
+                    e.content.parts[0].text or "" for e in events if e.content and e.content.parts
+                ]
+            finally:
+                await service.close()
+
+        check_writers_kept(self, asyncio.run(read()), 15)
 
     def test_users_are_apart_and_deleted_memories_stay_deleted(self) -> None:
         secret = "The spare key is under the blue flowerpot."

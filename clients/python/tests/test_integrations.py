@@ -11,7 +11,15 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from memsvc_client import AsyncMemoryClient, MemoryClient, MemsvcError
 from memsvc_client.integrations.langchain import MemsvcChatMessageHistory, MemsvcRetriever
 
-from .test_client import READER, WRITER, ServerTestCase, run_readme_snippet, turn
+from .test_client import (
+    READER,
+    WRITER,
+    ServerTestCase,
+    check_writers_kept,
+    run_readme_snippet,
+    run_writers,
+    turn,
+)
 
 
 class AsyncClientTest(ServerTestCase):
@@ -34,6 +42,23 @@ class AsyncClientTest(ServerTestCase):
 
 
 class LangChainTest(ServerTestCase):
+    def test_two_processes_share_one_history_and_lose_nothing(self) -> None:
+        writer = (
+            "import sys\n"
+            "from langchain_core.messages import AIMessage, HumanMessage\n"
+            "from memsvc_client import MemoryClient\n"
+            "from memsvc_client.integrations.langchain import MemsvcChatMessageHistory\n"
+            "with MemoryClient(sys.argv[1], token=sys.argv[2]) as client:\n"
+            "    history, name = MemsvcChatMessageHistory('lc-shared', client), sys.argv[3]\n"
+            "    for i in range(15):\n"
+            "        pair = [HumanMessage(f'{name} {i}'), AIMessage(f'{name} ok {i}')]\n"
+            "        history.add_messages(pair)\n"
+        )
+        run_writers(writer, self.target)
+        with MemoryClient(self.target, token=WRITER) as client:
+            said = [str(m.content) for m in MemsvcChatMessageHistory("lc-shared", client).messages]
+        check_writers_kept(self, said, 15)
+
     def test_chat_history_round_trip_from_two_writers(self) -> None:
         with MemoryClient(self.target, token=WRITER) as client:
             one = MemsvcChatMessageHistory("lc-1", client, wait=True)

@@ -15,7 +15,14 @@ from llama_index.core.memory import Memory
 from memsvc_client import MemoryClient
 from memsvc_client.integrations.llama_index import MemsvcMemoryBlock
 
-from .test_client import ADMIN, WRITER, ServerTestCase, run_readme_snippet
+from .test_client import (
+    ADMIN,
+    WRITER,
+    ServerTestCase,
+    check_writers_kept,
+    run_readme_snippet,
+    run_writers,
+)
 
 CHAT = [
     ("user", "Hi! I just joined the climbing gym on Harbour Street."),
@@ -125,6 +132,32 @@ class MemoryBlockTest(ServerTestCase):
         purger = MemsvcMemoryBlock(target=self.target, token=ADMIN, conversation_id="li-shared")
         erased = asyncio.run(purger.purge())
         self.assertGreater(erased.events_purged, 0)
+
+    def test_two_processes_share_one_conversation_and_lose_nothing(self) -> None:
+        writer = (
+            "import asyncio, sys\n"
+            "from llama_index.core.base.llms.types import ChatMessage\n"
+            "from memsvc_client.integrations.llama_index import MemsvcMemoryBlock\n"
+            "async def main():\n"
+            "    block = MemsvcMemoryBlock(target=sys.argv[1], token=sys.argv[2],\n"
+            "                              conversation_id='li-shared')\n"
+            "    name = sys.argv[3]\n"
+            "    for i in range(15):\n"
+            "        await block.aput([ChatMessage(role='user', content=f'{name} {i}'),\n"
+            "                          ChatMessage(role='assistant', content=f'{name} ok {i}')])\n"
+            "    await block.close()\n"
+            "asyncio.run(main())\n"
+        )
+        run_writers(writer, self.target)
+
+        async def read() -> list[str]:
+            block = self.block(conversation_id="li-shared")
+            try:
+                return [str(m.content) for m in await block.messages()]
+            finally:
+                await block.close()
+
+        check_writers_kept(self, asyncio.run(read()), 15)
 
     def test_a_refused_put_raises_and_writes_nothing(self) -> None:
         block = self.block(conversation_id=" ")  # not a conversation id memsvc accepts

@@ -11,8 +11,6 @@ here is the session, not the model."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -30,7 +28,14 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from .test_client import ADMIN, WRITER, ServerTestCase, run_readme_snippet
+from .test_client import (
+    ADMIN,
+    WRITER,
+    ServerTestCase,
+    check_writers_kept,
+    run_readme_snippet,
+    run_writers,
+)
 
 set_tracing_disabled(True)  # offline: no trace export
 
@@ -231,23 +236,12 @@ class SharedMemoryTest(ServerTestCase):
             "                           {'role': 'assistant', 'content': f'{name} ok {i}'}])\n"
             "asyncio.run(main())\n"
         )
-        procs = [
-            subprocess.Popen([sys.executable, "-c", writer, self.target, WRITER, name])
-            for name in ("left", "right")
-        ]
-        self.assertEqual([p.wait(timeout=300) for p in procs], [0, 0])
+        run_writers(writer, self.target)
 
         async def read() -> list[Any]:
             return await MemsvcSession("oa-shared", self.target, token=WRITER).get_items()
 
-        items = asyncio.run(read())
-        self.assertEqual(len(items), 60)
-        for name in ("left", "right"):
-            mine = [i["content"] for i in items if i["content"].startswith(name)]
-            expected = [t for k in range(15) for t in (f"{name} {k}", f"{name} ok {k}")]
-            self.assertEqual(mine, expected)  # each writer's items in its order, pairs kept
-        pairs = [(items[k]["content"], items[k + 1]["content"]) for k in range(0, 60, 2)]
-        self.assertTrue(all(b == a.replace(" ", " ok ", 1) for a, b in pairs))
+        check_writers_kept(self, [i["content"] for i in asyncio.run(read())], 15)
 
     def test_popped_and_cleared_items_stay_deleted_and_purge_erases_them(self) -> None:
         async def flow() -> None:
