@@ -1,7 +1,7 @@
 // The TypeScript integrations against the real frameworks and a real memsvc: the OpenAI
 // Agents SDK session (the cases of the SDK's own MemorySession, runs of a real Agent with a
-// tool call, side by side with MemorySession, and two processes writing one session) and
-// the AI SDK tools (generateText with the SDK's mock model calling them).
+// tool call, side by side with MemorySession, and two processes writing one session), the
+// AI SDK tools (generateText with the SDK's mock model calling them) and the examples.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -253,4 +253,29 @@ test("ai-sdk: a refused add_turns reaches the model as a tool error naming the f
   assert.match(String((errors[0] as { error: unknown }).error), /nothing was written.*text/);
   const status = await client.getIndexStatus({ conversationIds: ["ai-refused"] });
   assert.ok(status.conversations.every((s) => s.lastAppendedTurn === -1n));
+});
+
+// ---- examples: each run twice, as a user would; the second run remembers the first ------
+
+async function example(name: string, message: string, session: string): Promise<string> {
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    ["--import", "tsx", path.join("examples", name), message, "--target", server!.target, "--session", session],
+    { cwd: path.join(ROOT, "clients", "ts"), env: { ...process.env, OPENAI_AGENTS_DISABLE_TRACING: "1" } },
+  );
+  return stdout.trim();
+}
+
+test("examples: the AI SDK agent finds what the first run said", async () => {
+  const said = "My sister Lena looks after the dog on Fridays.";
+  assert.equal(await example("ai-sdk-memory.ts", said, "ex-ai"), "remembered: (nothing yet)");
+  const second = await example("ai-sdk-memory.ts", "Who looks after the dog?", "ex-ai");
+  assert.match(second, /^remembered: .*Lena looks after the dog on Fridays/);
+});
+
+test("examples: the Agents SDK agent is given the first run's items", async () => {
+  const first = await example("agents-memory.ts", "I live in Lyon.", "ex-agents");
+  assert.match(first, /^saw 1 items; first "I live in Lyon."/);
+  const second = await example("agents-memory.ts", "Where do I live?", "ex-agents");
+  assert.match(second, /^saw 3 items; first "I live in Lyon."; last "Where do I live\?"/);
 });

@@ -44,3 +44,11 @@ class ExamplesTest(ServerTestCase):
         second = self.run_example("llama_index_memory.py", "Who looks after the dog?", "ex-llama")
         self.assertTrue(second.startswith("remembered: "), second)
         self.assertIn("Lena looks after the dog on Fridays", second)
+
+    def test_the_google_adk_example_remembers_the_first_run(self) -> None:
+        said = "My sister Lena looks after the dog on Fridays."
+        first = self.run_example("google_adk_memory.py", said, "ex-adk")
+        self.assertEqual(first, "Nice to meet you.")
+        second = self.run_example("google_adk_memory.py", "Who looks after the dog?", "ex-adk")
+        self.assertTrue(second.startswith("remembered: "), second)
+        self.assertIn("Lena looks after the dog on Fridays", second)

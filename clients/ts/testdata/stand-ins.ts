@@ -18,10 +18,23 @@ const usage = {
   outputTokens: { total: 1, text: 1, reasoning: undefined },
 };
 
+type Found = { text: string };
+
+// What the stand-in says after a tool call: the turns a search found (their lines, without
+// the chunk's context line), the ids add_turns stored, or the tool's error.
+function answerFrom(output: { type: string; value?: unknown }): string {
+  const value = output.value as { hits?: Found[]; standing?: Found[]; turn_ids?: number[] } | string;
+  if (output.type !== "json" || typeof value !== "object") return `error: ${String(value)}`;
+  if (value.turn_ids) return `stored turns ${value.turn_ids.join(", ")}`;
+  const found = [...(value.standing ?? []), ...(value.hits ?? [])];
+  const lines = found.map((h) => h.text.split("\n").slice(1).join(" "));
+  return `remembered: ${lines.join(" / ") || "(nothing yet)"}`;
+}
+
 /**
  * An AI SDK model that calls memsvc's tools: "remember: X" stores X (and its reply "Noted.")
- * with add_turns; anything else is searched with search_memory. Then it answers with the
- * tool's output, as JSON.
+ * with add_turns; anything else is searched with search_memory. Then it says what the tool
+ * gave it.
  */
 export function memoryToolsModel(): MockLanguageModelV3 {
   return new MockLanguageModelV3({
@@ -29,7 +42,7 @@ export function memoryToolsModel(): MockLanguageModelV3 {
       const last = prompt.at(-1)!;
       if (last.role === "tool") {
         const [part] = last.content;
-        const text = part.type === "tool-result" ? JSON.stringify(part.output) : "";
+        const text = part.type === "tool-result" ? answerFrom(part.output) : "";
         return { content: [{ type: "text", text }], finishReason: { unified: "stop", raw: undefined }, usage, warnings: [] };
       }
       const said = last.role === "user" && last.content[0].type === "text" ? last.content[0].text : "";
