@@ -39,8 +39,12 @@ class RememberingModel(BaseLlm):
     ) -> AsyncGenerator[LlmResponse, None]:
         said = "\n".join(p.text or "" for c in llm_request.contents for p in c.parts or [])
         past = said.partition("<PAST_CONVERSATIONS>")[2].partition("</PAST_CONVERSATIONS>")[0]
-        lines = [line.partition(": ")[2] for line in past.splitlines() if ": " in line]
-        lines = [line for line in lines if not line.startswith("20")]  # not the time lines
+        # ADK's lines are "Time: <when>" and "<author>: <text>"; keep the texts.
+        lines = [
+            line.partition(": ")[2]
+            for line in past.splitlines()
+            if ": " in line and not line.startswith("Time: ")
+        ]
         answer = f"remembered: {' / '.join(lines)}" if lines else "Nice to meet you."
         yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=answer)]))
 

@@ -19,12 +19,15 @@ import {
 import { generateText, stepCountIs, type ModelMessage } from "ai";
 import { z } from "zod";
 import { memsvcTools } from "./integrations/ai-sdk.js";
-import { MemsvcSession, type MemoryClient } from "./integrations/openai-agents.js";
+import type { MemoryClient } from "./integrations/client.js";
+import { MemsvcSession } from "./integrations/openai-agents.js";
 import { EchoModel, memoryToolsModel, memsvcClient } from "./testdata/stand-ins.js";
 import { ROOT, startMemsvc } from "../testing.js";
 
 let server: { target: string; http: string; stop: () => Promise<void> } | undefined;
 let client: MemoryClient;
+// Child processes: the two-process writers and the examples.
+const exec = promisify(execFile);
 
 before(async () => {
   setTracingDisabled(true);
@@ -184,7 +187,6 @@ test("agents: runs of a real Agent keep the same history in memsvc as in MemoryS
 });
 
 test("agents: two processes writing one session lose nothing and keep each call together", async () => {
-  const exec = promisify(execFile);
   const writer = path.join(ROOT, "clients", "ts", "testdata", "session-writer.ts");
   const count = 15;
   await Promise.all(
@@ -258,7 +260,7 @@ test("ai-sdk: a refused add_turns reaches the model as a tool error naming the f
 // ---- examples: each run twice, as a user would; the second run remembers the first ------
 
 async function example(name: string, message: string, session: string): Promise<string> {
-  const { stdout } = await promisify(execFile)(
+  const { stdout } = await exec(
     process.execPath,
     ["--import", "tsx", path.join("examples", name), message, "--target", server!.target, "--session", session],
     { cwd: path.join(ROOT, "clients", "ts"), env: { ...process.env, OPENAI_AGENTS_DISABLE_TRACING: "1" } },

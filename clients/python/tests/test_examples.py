@@ -37,18 +37,16 @@ class ExamplesTest(ServerTestCase):
         second = self.run_example("langchain_memory.py", "Who looks after the dog?", "ex-chat")
         self.assertIn("Lena looks after the dog on Fridays", second)
 
-    def test_the_llama_index_example_remembers_the_first_run(self) -> None:
+    def check_remembers(self, name: str, greeting: str, session: str) -> None:
+        """An example whose second run answers with what memsvc gave it from the first."""
         said = "My sister Lena looks after the dog on Fridays."
-        first = self.run_example("llama_index_memory.py", said, "ex-llama")
-        self.assertEqual(first, "remembered: (nothing yet)")
-        second = self.run_example("llama_index_memory.py", "Who looks after the dog?", "ex-llama")
+        self.assertEqual(self.run_example(name, said, session), greeting)
+        second = self.run_example(name, "Who looks after the dog?", session)
         self.assertTrue(second.startswith("remembered: "), second)
         self.assertIn("Lena looks after the dog on Fridays", second)
 
+    def test_the_llama_index_example_remembers_the_first_run(self) -> None:
+        self.check_remembers("llama_index_memory.py", "remembered: (nothing yet)", "ex-llama")
+
     def test_the_google_adk_example_remembers_the_first_run(self) -> None:
-        said = "My sister Lena looks after the dog on Fridays."
-        first = self.run_example("google_adk_memory.py", said, "ex-adk")
-        self.assertEqual(first, "Nice to meet you.")
-        second = self.run_example("google_adk_memory.py", "Who looks after the dog?", "ex-adk")
-        self.assertTrue(second.startswith("remembered: "), second)
-        self.assertIn("Lena looks after the dog on Fridays", second)
+        self.check_remembers("google_adk_memory.py", "Nice to meet you.", "ex-adk")

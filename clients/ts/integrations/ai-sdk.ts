@@ -20,12 +20,12 @@
  * the call. An app that stores every exchange itself, not through the model, calls
  * `addTurns` (in `onFinish`, say).
  */
-import type { Client } from "@connectrpc/connect";
 import { tool } from "ai";
 import { z } from "zod";
-import { MemoryService, SearchOrder, type Hit } from "../gen/memsvc/v1/memory_pb.js";
+import { SearchOrder, type Hit } from "../gen/memsvc/v1/memory_pb.js";
+import type { MemoryClient } from "./client.js";
 
-export type MemoryClient = Client<typeof MemoryService>;
+export type { MemoryClient } from "./client.js";
 
 export type Turn = { speaker: "user" | "assistant" | "system"; text: string };
 

@@ -26,11 +26,12 @@
  *   every turn. Deleted turns never come back (not in `getItems`, not in search); their
  *   text stays in the log until `purge()` erases it (an admin token).
  */
-import { Code, ConnectError, type Client } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { AgentInputItem, Session } from "@openai/agents-core";
-import { MemoryService, type MemoryEvent } from "../gen/memsvc/v1/memory_pb.js";
+import type { MemoryEvent } from "../gen/memsvc/v1/memory_pb.js";
+import type { MemoryClient } from "./client.js";
 
-export type MemoryClient = Client<typeof MemoryService>;
+export type { MemoryClient } from "./client.js";
 
 const ROLES: Record<string, string> = {
   user: "user",

@@ -6,7 +6,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Usage, type AgentInputItem, type Model, type ModelRequest, type ModelResponse } from "@openai/agents-core";
 import { MockLanguageModelV3 } from "ai/test";
 import { MemoryService } from "../gen/memsvc/v1/memory_pb.js";
-import type { MemoryClient } from "../integrations/openai-agents.js";
+import type { MemoryClient } from "../integrations/client.js";
 
 /** A client of the memsvc at `target` (default: $MEMSVC_TARGET). */
 export function memsvcClient(target = process.env.MEMSVC_TARGET): MemoryClient {
