@@ -111,6 +111,45 @@ def test_only_the_user_or_system_gives_instructions(services: Services) -> None:
     assert any(c.metadata.intent_tag == INSTRUCTION_TAG for c in built.chunks)
 
 
+def test_a_standing_instruction_is_a_window_of_its_own() -> None:
+    rule = "Always include version numbers when I ask about libraries."
+    turns = [
+        stored(0, "user", "My ledger app runs on Flask 2.3 with SQLite."),
+        stored(1, "assistant", "Nice stack."),
+        stored(2, "user", rule),
+        stored(3, "assistant", "Noted."),
+        stored(4, "user", "The export runs monthly."),
+        stored(5, "assistant", "Good."),
+    ]
+    windows = plan_windows(turns, ChunkPolicy(), chars)
+    assert [w.turns for w in windows if 2 in {t.turn_id for t in w.turns}] == [(turns[2],)]
+    covered = {t.turn_id for w in windows for t in w.turns}
+    assert covered == set(range(6))  # the turns around the rule are still chunked
+    # The same rule from the assistant is not one: the exchange stays whole.
+    said = [dataclasses.replace(t, speaker="assistant") if t.turn_id == 2 else t for t in turns]
+    assert any(
+        len(w.turns) > 1 and w.start_turn <= 2 <= w.end_turn
+        for w in plan_windows(said, ChunkPolicy(), chars)
+    )
+
+
+def test_a_fact_said_beside_a_rule_is_a_hit(services: Services) -> None:
+    # Regression: the fact and the rule shared a chunk, tagged instruction, so the fact
+    # came back only in `standing` and `hits` had nothing about it.
+    fact = "My ledger app stores every invoice in a SQLite file called books.db."
+    rule = "Always include version numbers when I ask about libraries."
+    texts = [fact, "Good choice.", rule, "Noted, I will."] + [
+        f"Let's talk about day {i} of the hiking trip and the weather." for i in range(12)
+    ]
+    services.ingest.upsert(services.ingest.build(conversation("fr", texts)).chunks)
+    found = services.search.search(
+        SearchRequest("Where are my invoices stored?", 6, SearchFilters(("fr",)))
+    )
+    assert fact in found.hits[0].text
+    assert found.hits[0].metadata.intent_tag != INSTRUCTION_TAG
+    assert all(fact not in h.text for h in found.standing)
+
+
 # -- vectors -----------------------------------------------------------------------------------
 def test_gist_is_the_start_within_its_tokens(embedder: Embedder) -> None:
     text = "I'm trying to plan my sprint and I need the deadline." + FILLER * 10

@@ -14,6 +14,10 @@ Policy (also in the README):
   part is cut into slices. Grouped with its neighbours, a long turn would outweigh them
   in the window's vector and cost a caller's turn budget for turns it does not need
   (benchmarks/archive/2026-11-25.md, Retrieval v3).
+- A user's or system's turn that states a standing instruction (memsvc.domain.standing)
+  is a window of its own too. Search returns such chunks in a list of their own, not in
+  the hits: grouped with its neighbours, a rule would take the facts said around it out
+  of the hits.
 - A chunk names at most 64 participants (the first in turn order): whatever the input,
   every chunk fits the model and the store, so what is accepted is indexable.
 - The layout is a pure function of the live turns, so building a conversation in one call
@@ -39,6 +43,7 @@ from memsvc.domain.prefix import (
     is_chinese_window,
     render_prefix,
 )
+from memsvc.domain.standing import gives_rule
 from memsvc.domain.text import epoch_ms
 from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
 
@@ -98,10 +103,11 @@ class ChunkPolicy:
     def fingerprint(self) -> str:
         # r2: time ranges span the earliest to the latest turn; long names shortened in labels
         # r3: long turns are units of their own, in parts; standing instructions tagged
+        # r4: a standing instruction's turn is a window of its own
         return (
             f"{self.max_turns}/{self.overlap_turns}/{self.max_tokens}/{self.prefix_reserve}"
             f"/{self.max_label_name_tokens}/{self.turn_unit_tokens}/{self.part_tokens}"
-            f"/{self.gist_tokens}/r3"
+            f"/{self.gist_tokens}/r4"
         )
 
 
@@ -144,6 +150,9 @@ class _Unit:
     tokens: int
     chars: int
     oversize: bool = False
+    # A user's or system's standing instruction: a window of its own, so the facts said
+    # around it stay in the hits instead of riding in the `standing` list with the rule.
+    rule: bool = False
 
 
 def _exchanges(turns: Sequence[StoredTurn]) -> list[list[StoredTurn]]:
@@ -222,12 +231,13 @@ def _units(turns: Sequence[StoredTurn], policy: ChunkPolicy, cost: _LineCost) ->
             len(group) <= policy.max_turns
             and tokens <= policy.line_budget
             and chars <= policy.max_line_chars
-            and not any(cost.oversize(t) for t in group)
+            and not any(cost.oversize(t) or gives_rule(t.speaker, t.text) for t in group)
         ):
             units.append(_Unit(tuple(group), tokens, chars))
             continue
         for t in group:
-            units.append(_Unit((t,), cost.tokens(t), cost.chars(t), oversize=cost.oversize(t)))
+            big, rule = cost.oversize(t), gives_rule(t.speaker, t.text)
+            units.append(_Unit((t,), cost.tokens(t), cost.chars(t), big, rule and not big))
     return units
 
 
@@ -245,10 +255,15 @@ def plan_windows(
             windows.extend(_split_turn(turn, policy, cost.label_tokens(turn), count_tokens))
             i += 1
             continue
+        if units[i].rule:
+            windows.append(ChunkWindow(units[i].turns))
+            i += 1
+            continue
         j, n_turns, n_tokens, n_chars = i, 0, 0, 0
         while (
             j < len(units)
             and not units[j].oversize
+            and not units[j].rule
             and n_turns + len(units[j].turns) <= policy.max_turns
             and n_tokens + units[j].tokens <= policy.line_budget
             and n_chars + units[j].chars <= policy.max_line_chars
@@ -260,7 +275,7 @@ def plan_windows(
         windows.append(ChunkWindow(tuple(t for u in units[i:j] for t in u.turns)))
         if j >= len(units):
             break
-        if units[j].oversize:
+        if units[j].oversize or units[j].rule:
             i = j
             continue
         # Earliest start after i whose overlap with this window stays within overlap_turns.

@@ -54,3 +54,8 @@ STANDING_RULE = re.compile(
 def is_standing(text: str) -> bool:
     """Whether a user's or system's turn states a standing instruction or preference."""
     return STANDING_RULE.search(text) is not None
+
+
+def gives_rule(speaker: str, text: str) -> bool:
+    """Whether a turn states a standing instruction: only a user or the system gives one."""
+    return speaker in ("user", "system") and is_standing(text)
