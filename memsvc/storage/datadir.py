@@ -7,6 +7,7 @@ SQLite log or Milvus Lite file. Only memsvc's own files are made private (0600, 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import threading
@@ -87,9 +88,17 @@ def secure(path: Path) -> None:
     for entry in path.iterdir():
         if entry.is_symlink() or not owned(entry):
             continue
-        if entry.is_dir():
-            for p in [entry, *entry.rglob("*")]:
-                if not p.is_symlink():
-                    p.chmod(0o700 if p.is_dir() else 0o600)
-        else:
-            entry.chmod(0o600)
+        try:
+            found = [entry, *entry.rglob("*")] if entry.is_dir() else [entry]
+        except FileNotFoundError:
+            continue
+        for p in found:
+            if not p.is_symlink():
+                _private(p)
+
+
+def _private(p: Path) -> None:
+    # A file removed since it was listed (a journal that the store of a memsvc killed a
+    # moment ago deletes, its milvus-lite child still closing) has nothing left to protect.
+    with contextlib.suppress(FileNotFoundError):
+        p.chmod(0o700 if p.is_dir() else 0o600)

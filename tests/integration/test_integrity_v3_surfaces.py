@@ -20,6 +20,7 @@ from grpc_status import rpc_status
 
 from memsvc.app import Services, build_services
 from memsvc.embedding.model import Embedder
+from memsvc.storage import datadir
 from memsvc.transports.grpc.auth import TokenTable
 from memsvc.transports.grpc.convert import event_to_pb
 from memsvc.transports.grpc.server import WRITES_HEALTH, RunningServer, start_server
@@ -181,6 +182,30 @@ def test_only_memsvc_files_in_the_data_dir_change_mode(tmp_path: Path, embedder:
     assert stat.S_IMODE((notes / "readme.txt").stat().st_mode) == 0o644
     assert stat.S_IMODE((data / "events.sqlite").stat().st_mode) == 0o600
     assert stat.S_IMODE(data.stat().st_mode) == 0o700
+
+
+def test_a_file_removed_while_the_data_dir_is_secured_does_not_stop_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regression (CI, 2026-11-26): after a kill -9, the old milvus-lite child removed its
+    # journal between secure()'s listing and its chmod, and the restart failed with
+    # FileNotFoundError. Here the removal happens exactly in between.
+    data = tmp_path / "data"
+    data.mkdir()
+    journal = data / "milvus.db-journal"
+    journal.write_text("")
+    (data / "events.sqlite").write_text("")
+    chmod = Path.chmod
+
+    def removed_first(self: Path, mode: int, *, follow_symlinks: bool = True) -> None:
+        if self == journal:
+            self.unlink()  # what the other process does
+        chmod(self, mode, follow_symlinks=follow_symlinks)
+
+    monkeypatch.setattr(Path, "chmod", removed_first)
+    datadir.secure(data)
+    assert not journal.exists()
+    assert stat.S_IMODE((data / "events.sqlite").stat().st_mode) == 0o600
 
 
 def serve_briefly(
