@@ -179,6 +179,35 @@ def test_3_a_store_back_without_its_data_is_rebuilt(
         server.stop()
 
 
+def test_3_indexed_is_no_until_the_returned_store_is_followed(
+    tmp_path: Path, embedder: Embedder, backend: dict[str, object]
+) -> None:
+    """Regression (a lone-clone run of stop 48): between the reconnection to a store that
+    came back empty and the audit that follows its new identity, the log still counted the
+    old store's chunks, so WaitForIndexed said true while nothing was findable. The watch
+    and the audit are held off here (long intervals) to stand in that window."""
+    server = MilvusServer(tmp_path / "first.db")
+    settings = make_settings(
+        tmp_path / "data", milvus_uri=server.uri, store_check_s=60, store_audit_s=3600, **backend
+    )
+    svc = build_services(settings, embedder=embedder)
+    try:
+        svc.ingest.upsert(svc.ingest.build(conversation("gap", EN_TURNS)).chunks)
+        last = len(EN_TURNS) - 1
+        assert svc.control.is_indexed("gap", last)
+        server.stop()
+        server = MilvusServer(tmp_path / "second.db", port=server.port)  # same URI, empty
+        assert svc.store.reconnect()  # what the watch does when its ping fails
+        assert not findable(svc, "gap", EN_TURNS[:1])
+        assert not svc.control.is_indexed("gap", last)
+        svc.store_audit.run()  # what the reconnection sets off
+        deadline_loop(lambda: svc.control.is_indexed("gap", last), 120, "rebuilt")
+        assert findable(svc, "gap", EN_TURNS)
+    finally:
+        svc.close()
+        server.stop()
+
+
 def test_4_a_log_restored_beside_a_newer_store_is_repaired(
     tmp_path: Path, embedder: Embedder
 ) -> None:

@@ -87,11 +87,19 @@ class IndexControl:
     # -- read your writes -----------------------------------------------------------------
     def is_indexed(self, conversation_id: str, turn_id: int) -> bool:
         """Whether default searches find every turn up to `turn_id` as last written (a
-        deleted turn: its chunks hidden): read your writes."""
+        deleted turn: its chunks hidden): read your writes. Never while the store answering
+        is another than the one the log counts chunks in (back without its data, not yet
+        followed by the audit: memsvc.services.audit)."""
         with self.log.snapshot() as r:
             row = r.conversation(conversation_id)
             seq = r.seq_through(conversation_id, turn_id)
-        return row is not None and seq is not None and row.findable_through(turn_id, seq)
+            same_store = r.get_meta("store_identity") == self.projector.store.identity
+        return (
+            same_store
+            and row is not None
+            and seq is not None
+            and row.findable_through(turn_id, seq)
+        )
 
     def wait(
         self,
