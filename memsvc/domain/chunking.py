@@ -227,16 +227,16 @@ def _units(turns: Sequence[StoredTurn], policy: ChunkPolicy, cost: _LineCost) ->
     for group in _exchanges(turns):
         tokens = sum(cost.tokens(t) for t in group)
         chars = sum(cost.chars(t) for t in group)
+        alone = [(cost.oversize(t), gives_rule(t.speaker, t.text)) for t in group]
         if (
             len(group) <= policy.max_turns
             and tokens <= policy.line_budget
             and chars <= policy.max_line_chars
-            and not any(cost.oversize(t) or gives_rule(t.speaker, t.text) for t in group)
+            and not any(big or rule for big, rule in alone)
         ):
             units.append(_Unit(tuple(group), tokens, chars))
             continue
-        for t in group:
-            big, rule = cost.oversize(t), gives_rule(t.speaker, t.text)
+        for t, (big, rule) in zip(group, alone, strict=True):
             units.append(_Unit((t,), cost.tokens(t), cost.chars(t), big, rule and not big))
     return units
 
@@ -411,7 +411,7 @@ class ChunkRenderer:
         intent = classify_intent(
             [x for t, x in zip(turns, texts, strict=True) if t.speaker == "user"],
             texts,
-            [x for t, x in zip(turns, texts, strict=True) if t.speaker in ("user", "system")],
+            any(gives_rule(t.speaker, x) for t, x in zip(turns, texts, strict=True)),
         )
         metadata = ChunkMetadata(
             conversation_id=conversation_id,

@@ -18,7 +18,7 @@ with warnings.catch_warnings():
     import jieba
     import jieba.analyse
 
-from memsvc.domain.standing import INSTRUCTION_TAG, is_standing
+from memsvc.domain.standing import INSTRUCTION_TAG
 from memsvc.domain.text import is_chinese
 
 ROLE_LABELS_ZH = {"user": "用户", "assistant": "助手", "system": "系统"}
@@ -105,12 +105,12 @@ _WORDISH = re.compile(r"\w")
 
 
 def classify_intent(
-    user_texts: Sequence[str], all_texts: Sequence[str], rule_texts: Sequence[str] = ()
+    user_texts: Sequence[str], all_texts: Sequence[str], states_rule: bool = False
 ) -> str:
-    """`instruction` when a user's or system's turn (`rule_texts`) states a standing
-    instruction (memsvc.domain.standing); else the first rule of INTENT_RULES matching the
-    user turns, else the whole window."""
-    if any(is_standing(t) for t in rule_texts):
+    """`instruction` when a user's or system's turn of the window states a standing
+    instruction (`states_rule`: memsvc.domain.standing.gives_rule); else the first rule of
+    INTENT_RULES matching the user turns, else the whole window."""
+    if states_rule:
         return INSTRUCTION_TAG
     for texts in (user_texts, all_texts):
         joined = "\n".join(texts)
