@@ -147,8 +147,8 @@ test("agents: a popped item stays deleted, also in search", async () => {
     queryText: "parrot Kiwi",
     filters: { conversationIds: ["agents-deleted"] },
   });
-  assert.ok(found.hits.length > 0);
-  assert.ok(found.hits.every((h) => !h.text.includes("Kiwi")));
+  assert.ok(found.hits.length > 0, "the kept turn is still found");
+  assert.ok(found.hits.every((h) => !h.text.includes("Kiwi")), "the popped turn is gone");
   assert.deepEqual(await session.getItems(), [user("My locker code is 4417.")]);
 });
 
@@ -179,7 +179,10 @@ test("agents: runs of a real Agent keep the same history in memsvc as in MemoryS
   }
   const kept = await new MemsvcSession(client, "agents-run").getItems();
   assert.deepEqual(kept, await reference.getItems());
-  assert.ok(kept.some((i) => (i as { type?: string }).type === "function_call_result"));
+  assert.ok(
+    kept.some((i) => (i as { type?: string }).type === "function_call_result"),
+    "the tool call's result is kept",
+  );
   const last = await run(weatherAgent, "What did I say first?", {
     session: new MemsvcSession(client, "agents-run"),
   });
@@ -256,7 +259,10 @@ test("ai-sdk: a refused add_turns reaches the model as a tool error naming the f
   assert.equal(errors.length, 1);
   assert.match(String((errors[0] as { error: unknown }).error), /nothing was written.*text/);
   const status = await client.getIndexStatus({ conversationIds: ["ai-refused"] });
-  assert.ok(status.conversations.every((s) => s.lastAppendedTurn === -1n));
+  assert.ok(
+    status.conversations.every((s) => s.lastAppendedTurn === -1n),
+    "nothing was appended",
+  );
 });
 
 // ---- examples: each run twice, as a user would; the second run remembers the first ------

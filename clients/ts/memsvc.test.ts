@@ -64,7 +64,7 @@ for (const name of ["grpc", "connect"]) {
       mode: SearchMode.HYBRID,
       filters: { conversationIds: [`ts-1-${name}`] },
     });
-    assert.ok(found.hits.some((h) => h.text.includes("Biscuit")));
+    assert.ok(found.hits.some((h) => h.text.includes("Biscuit")), "the pet's name is found");
   });
 
   test(`append and wait until indexed (${name})`, async () => {
@@ -94,7 +94,7 @@ for (const name of ["grpc", "connect"]) {
     const missing = await clients[name]
       .waitForIndexed({ conversationId: "nope", timeoutMs: 10 })
       .catch((e: unknown) => ConnectError.from(e));
-    assert.ok(missing instanceof ConnectError);
+    assert.ok(missing instanceof ConnectError, "an unknown conversation is an error");
     assert.equal(missing.code, Code.NotFound);
     assert.equal(missing.findDetails(ErrorInfoSchema)[0].reason, "NOT_FOUND");
   });
