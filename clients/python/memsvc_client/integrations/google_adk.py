@@ -37,6 +37,7 @@ from google.genai import types
 
 from memsvc_client.aio import ClientPerLoop
 from memsvc_client.client import MemsvcError, search_request
+from memsvc_client.integrations._hits import said_lines
 from memsvc_client.v1 import memory_pb2 as pb
 
 if TYPE_CHECKING:
@@ -81,12 +82,9 @@ def to_turn(conversation_id: str, event: Event, max_text_chars: int) -> pb.Memor
 
 def to_entry(hit: pb.Hit) -> MemoryEntry:
     meta = hit.metadata
-    lines = [line for line in hit.text.splitlines() if line.strip()]
-    if lines and lines[0].startswith("[Context:"):  # the chunk's context: said apart below
-        lines = lines[1:]
     return MemoryEntry(
         id=f"{MEMORY_ID_PREFIX}{meta.turn_range.start}-{meta.turn_range.end}",
-        content=types.Content(role="user", parts=[types.Part(text="\n".join(lines))]),
+        content=types.Content(role="user", parts=[types.Part(text="\n".join(said_lines(hit)))]),
         author=", ".join(meta.speakers) or None,
         timestamp=meta.timestamp_range.start or None,
         custom_metadata={"score": hit.score, "chunk_id": hit.chunk_id},

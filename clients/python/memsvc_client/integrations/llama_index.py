@@ -37,6 +37,7 @@ from pydantic import Field, PrivateAttr
 
 from memsvc_client.aio import ClientPerLoop
 from memsvc_client.client import MemsvcError, search_request
+from memsvc_client.integrations._hits import said_lines
 from memsvc_client.v1 import memory_pb2 as pb
 
 SPEAKERS = {
@@ -61,10 +62,7 @@ def describe(hit: pb.Hit) -> str:
     meta = hit.metadata
     when = meta.timestamp_range.start[:10]
     head = " ".join(part for part in (when, ", ".join(meta.speakers)) if part)
-    lines = [line for line in hit.text.splitlines() if line.strip()]
-    if lines and lines[0].startswith("[Context:"):
-        lines = lines[1:]
-    said = " / ".join(lines)
+    said = " / ".join(said_lines(hit))
     return f"- ({head}) {said}" if head else f"- {said}"
 
 
