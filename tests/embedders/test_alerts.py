@@ -17,7 +17,7 @@ import grpc
 import pytest
 import yaml
 
-from tests.support.embedding_server import REMOTE_MODEL_NAME, InfinityServer, bundled_model_dir
+from tests.support.embedding_server import InfinityServer, quick_failing_remote_env
 from tests.support.fleet import until
 from tests.support.launch import free_port, start_child, wait_serving
 
@@ -99,16 +99,7 @@ def test_the_embedder_alert_fires_on_an_outage_longer_than_its_for_and_only_then
     server = start_child(
         tmp_path / "data",
         port,
-        env={
-            "MEMSVC_EMBED_PROVIDER": "openai",
-            "MEMSVC_EMBED_URL": infinity.url,
-            "MEMSVC_EMBED_MODEL": REMOTE_MODEL_NAME,
-            "MEMSVC_EMBED_TOKENIZER": str(bundled_model_dir()),
-            "MEMSVC_EMBED_TIMEOUT_S": "1",
-            "MEMSVC_EMBED_MAX_RETRIES": "1",
-            "MEMSVC_EMBEDDER_CHECK_S": "0.5",
-            "MEMSVC_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
-        },
+        env=quick_failing_remote_env(infinity.url, metrics_port),
     )
     prometheus = Prometheus(tmp_path, f"127.0.0.1:{metrics_port}")
     hold_s = rule_for_s(ALERT)

@@ -32,10 +32,9 @@ from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, make_settings, remote_settings
 from tests.integration.test_operations import scrape
 from tests.support.embedding_server import (
-    REMOTE_MODEL_NAME,
     FaultProxy,
     InfinityServer,
-    bundled_model_dir,
+    quick_failing_remote_env,
 )
 from tests.support.fleet import until
 from tests.support.launch import free_port, start_child, wait_serving
@@ -288,16 +287,7 @@ def test_a_dead_embedding_server_is_not_ready_for_as_long_as_it_is_dead(
     proc = start_child(
         tmp_path,
         port,
-        env={
-            "MEMSVC_EMBED_PROVIDER": "openai",
-            "MEMSVC_EMBED_URL": infinity.url,
-            "MEMSVC_EMBED_MODEL": REMOTE_MODEL_NAME,
-            "MEMSVC_EMBED_TOKENIZER": str(bundled_model_dir()),
-            "MEMSVC_EMBED_TIMEOUT_S": "1",
-            "MEMSVC_EMBED_MAX_RETRIES": "1",
-            "MEMSVC_EMBEDDER_CHECK_S": "0.5",
-            "MEMSVC_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
-        },
+        env=quick_failing_remote_env(infinity.url, metrics_port),
     )
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     health = health_pb2_grpc.HealthStub(channel)  # type: ignore[no-untyped-call]

