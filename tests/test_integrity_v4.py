@@ -20,6 +20,7 @@ from memsvc.domain.types import SearchFilters, SearchMode, SearchRequest, TurnRa
 from memsvc.domain.vectors import gist
 from memsvc.embedding.model import Embedder
 from memsvc.services.turns import TurnsDeleted
+from memsvc.storage.milvus.store import MilvusChunkStore
 from tests.conftest import EN_TURNS, conversation, make_settings, turn
 from tests.support.fleet import MilvusServer
 from tests.support.waiting import until_idle
@@ -205,6 +206,29 @@ def test_3_indexed_is_no_until_the_returned_store_is_followed(
         assert findable(svc, "gap", EN_TURNS)
     finally:
         svc.close()
+        server.stop()
+
+
+def test_3_a_replica_that_missed_the_stores_loss_sees_another_store(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Regression (noticed at stop 49): a replica frozen while the Milvus server lost its
+    data, resumed after another replica re-created the collection, pinged fine (the
+    collection exists) and never reconnected: it kept the old collection's identity, and
+    its audit would follow that one back. Its ping now says down: the watch reconnects."""
+    server = MilvusServer(tmp_path / "first.db")
+    first = MilvusChunkStore(server.uri, "chunks", embedder.identity)
+    frozen = MilvusChunkStore(server.uri, "chunks", embedder.identity)
+    try:
+        assert frozen.identity == first.identity and frozen.ping()
+        server.stop()
+        server = MilvusServer(tmp_path / "second.db", port=server.port)  # same URI, empty
+        assert first.reconnect() and first.identity != frozen.identity  # made anew
+        assert not frozen.ping()
+        assert frozen.reconnect() and frozen.identity == first.identity and frozen.ping()
+    finally:
+        first.close()
+        frozen.close()
         server.stop()
 
 

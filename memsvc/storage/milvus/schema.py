@@ -66,12 +66,8 @@ def ensure_collection(
     dimension, or a fingerprint that disagrees) is FailedPrecondition with the remedy;
     the same vectors under another name (the local model moved to a server) are not."""
     if client.has_collection(collection):
-        desc = client.describe_collection(collection).get("description", "")
-        try:
-            found = json.loads(desc)
-        except ValueError:
-            found = {}
-        recorded = ModelIdentity.from_json(found if isinstance(found, dict) else {})
+        found = _marker(client.describe_collection(collection))
+        recorded = ModelIdentity.from_json(found)
         why = mismatch(recorded, model)
         if why is not None:
             raise FailedPrecondition(
@@ -111,9 +107,7 @@ def ensure_collection(
                 " event log; drop the old collection afterwards",
             )
         client.load_collection(collection)
-        # Collections made before they had an id are known by their address.
-        identity = found.get("store_id") or f"{uri}|{collection}"
-        return version, f"{identity}|{recorded.model}|{recorded.dim}"
+        return version, f"{_made_as(found, uri, collection)}|{recorded.model}|{recorded.dim}"
     store_id = uuid.uuid4().hex
     marker = {"memsvc_schema": SCHEMA_VERSION, **model.to_json(), "store_id": store_id}
     try:
@@ -131,6 +125,27 @@ def ensure_collection(
         provider=model.provider,
     )
     return SCHEMA_VERSION, f"{store_id}|{model.model}|{model.dim}"
+
+
+def made_as(client: Any, collection: str, uri: str, timeout: float) -> str:
+    """The id the collection was created with, asked of the server now (raises when it has
+    no such collection): the start of its identity (`ensure_collection`)."""
+    found = _marker(client.describe_collection(collection, timeout=timeout))
+    return _made_as(found, uri, collection)
+
+
+def _marker(description: dict[str, Any]) -> dict[str, Any]:
+    """The memsvc marker a collection's description holds ({} when it holds none)."""
+    try:
+        found = json.loads(description.get("description", ""))
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _made_as(found: dict[str, Any], uri: str, collection: str) -> str:
+    # Collections made before they had an id are known by their address.
+    return str(found.get("store_id") or f"{uri}|{collection}")
 
 
 def _create(client: Any, collection: str, description: str, dim: int) -> None:

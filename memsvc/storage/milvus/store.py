@@ -216,12 +216,15 @@ class MilvusChunkStore:
         return self._up.is_set()
 
     def ping(self) -> bool:
-        """The server answers and still has the collection: one dropped or lost (a server
-        back without its data) is down, and the reconnection makes it anew."""
+        """The server answers and still has the collection it had when this process opened
+        it: one dropped or lost (a server back without its data) is down, and so is one
+        made anew meanwhile by another replica (this one was frozen through the loss):
+        the reconnection opens or makes the collection there is now."""
         try:
-            return bool(self._client.has_collection(self.collection, timeout=PING_TIMEOUT_S))
+            now = schema.made_as(self._client, self.collection, self.uri, PING_TIMEOUT_S)
         except Exception:
             return False
+        return self.identity.startswith(f"{now}|")
 
     def mark_down(self, exc: BaseException | None = None) -> None:
         if self._up.is_set():
