@@ -166,8 +166,7 @@ def test_3_a_store_back_without_its_data_is_rebuilt(
         svc.ingest.upsert(svc.ingest.build(conversation("lost", EN_TURNS)).chunks)
         last = len(EN_TURNS) - 1
         assert svc.control.is_indexed("lost", last) and findable(svc, "lost", EN_TURNS[:2])
-        server.stop()
-        server = MilvusServer(tmp_path / "second.db", port=server.port)  # same URI, empty
+        server = server.emptied(tmp_path / "second.db")
         # the watch reconnects; the new collection is another store: rebuilt from the log
         deadline_loop(
             lambda: svc.store.up and svc.control.is_indexed("lost", last),
@@ -196,8 +195,7 @@ def test_3_indexed_is_no_until_the_returned_store_is_followed(
         svc.ingest.upsert(svc.ingest.build(conversation("gap", EN_TURNS)).chunks)
         last = len(EN_TURNS) - 1
         assert svc.control.is_indexed("gap", last)
-        server.stop()
-        server = MilvusServer(tmp_path / "second.db", port=server.port)  # same URI, empty
+        server = server.emptied(tmp_path / "second.db")
         assert svc.store.reconnect()  # what the watch does when its ping fails
         assert not findable(svc, "gap", EN_TURNS[:1])
         assert not svc.control.is_indexed("gap", last)
@@ -221,8 +219,7 @@ def test_3_a_replica_that_missed_the_stores_loss_sees_another_store(
     frozen = MilvusChunkStore(server.uri, "chunks", embedder.identity)
     try:
         assert frozen.identity == first.identity and frozen.ping()
-        server.stop()
-        server = MilvusServer(tmp_path / "second.db", port=server.port)  # same URI, empty
+        server = server.emptied(tmp_path / "second.db")
         assert first.reconnect() and first.identity != frozen.identity  # made anew
         assert not frozen.ping()
         assert frozen.reconnect() and frozen.identity == first.identity and frozen.ping()

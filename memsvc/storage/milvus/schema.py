@@ -107,7 +107,7 @@ def ensure_collection(
                 " event log; drop the old collection afterwards",
             )
         client.load_collection(collection)
-        return version, f"{_made_as(found, uri, collection)}|{recorded.model}|{recorded.dim}"
+        return version, f"{_id_from_marker(found, uri, collection)}|{recorded.model}|{recorded.dim}"
     store_id = uuid.uuid4().hex
     marker = {"memsvc_schema": SCHEMA_VERSION, **model.to_json(), "store_id": store_id}
     try:
@@ -127,11 +127,11 @@ def ensure_collection(
     return SCHEMA_VERSION, f"{store_id}|{model.model}|{model.dim}"
 
 
-def made_as(client: Any, collection: str, uri: str, timeout: float) -> str:
+def collection_id(client: Any, collection: str, uri: str, timeout: float) -> str:
     """The id the collection was created with, asked of the server now (raises when it has
     no such collection): the start of its identity (`ensure_collection`)."""
     found = _marker(client.describe_collection(collection, timeout=timeout))
-    return _made_as(found, uri, collection)
+    return _id_from_marker(found, uri, collection)
 
 
 def _marker(description: dict[str, Any]) -> dict[str, Any]:
@@ -143,7 +143,7 @@ def _marker(description: dict[str, Any]) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def _made_as(found: dict[str, Any], uri: str, collection: str) -> str:
+def _id_from_marker(found: dict[str, Any], uri: str, collection: str) -> str:
     # Collections made before they had an id are known by their address.
     return str(found.get("store_id") or f"{uri}|{collection}")
 

@@ -221,7 +221,7 @@ class MilvusChunkStore:
         made anew meanwhile by another replica (this one was frozen through the loss):
         the reconnection opens or makes the collection there is now."""
         try:
-            now = schema.made_as(self._client, self.collection, self.uri, PING_TIMEOUT_S)
+            now = schema.collection_id(self._client, self.collection, self.uri, PING_TIMEOUT_S)
         except Exception:
             return False
         return self.identity.startswith(f"{now}|")
