@@ -154,6 +154,11 @@ class _Unit:
     # around it stay in the hits instead of riding in the `standing` list with the rule.
     rule: bool = False
 
+    @property
+    def alone(self) -> bool:
+        """Never shares a window with its neighbours."""
+        return self.oversize or self.rule
+
 
 def _exchanges(turns: Sequence[StoredTurn]) -> list[list[StoredTurn]]:
     groups: list[list[StoredTurn]] = []
@@ -262,8 +267,7 @@ def plan_windows(
         j, n_turns, n_tokens, n_chars = i, 0, 0, 0
         while (
             j < len(units)
-            and not units[j].oversize
-            and not units[j].rule
+            and not units[j].alone
             and n_turns + len(units[j].turns) <= policy.max_turns
             and n_tokens + units[j].tokens <= policy.line_budget
             and n_chars + units[j].chars <= policy.max_line_chars
@@ -275,7 +279,7 @@ def plan_windows(
         windows.append(ChunkWindow(tuple(t for u in units[i:j] for t in u.turns)))
         if j >= len(units):
             break
-        if units[j].oversize or units[j].rule:
+        if units[j].alone:
             i = j
             continue
         # Earliest start after i whose overlap with this window stays within overlap_turns.
