@@ -372,14 +372,15 @@ def main() -> None:
     torch_rate = live / min(torch_s.values())
     print(f"plain torch forward: {torch_rate:.1f} chunks/s ({torch_s})", flush=True)
     del raw
-    for path, seconds in (("Build+Upsert", sync_s), ("Append->indexed", async_s)):
+    # Build+Upsert's bound is issue 38's (Speed v4's was 1.0x); Append's has not changed.
+    for path, seconds, bound in (("Build+Upsert", sync_s, 1.2), ("Append->indexed", async_s, 1.0)):
         rate = live / seconds
         report.append(
             (
                 f"ingest {path} vs FlagEmbedding encode_corpus (batch {best_batch})",
-                ">= 1.0x",
+                f">= {bound}x",
                 f"{rate:.1f} vs {raw_rate:.1f} chunks/s = {rate / raw_rate:.2f}x",
-                status(rate >= raw_rate),
+                status(rate >= bound * raw_rate),
             )
         )
         report.append(
