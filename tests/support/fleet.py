@@ -35,7 +35,7 @@ class MilvusServer:
     def stop(self) -> None:
         self._server.stop()
 
-    def emptied(self, db_file: Path) -> "MilvusServer":
+    def emptied(self, db_file: Path) -> MilvusServer:
         """This server stopped and an empty one started on its port: the same URI, back
         without its data (what a Milvus server restarted on a lost volume looks like)."""
         self.stop()
