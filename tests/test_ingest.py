@@ -321,6 +321,41 @@ def test_payload_comes_back_exactly_and_is_never_searched(services: Services) ->
         assert r.events("pl", [1])[1].payload == ""
 
 
+def test_export_reads_only_the_newest_events_when_asked(services: Services) -> None:
+    """ExportEvents' `last`: a session's recent items without reading the whole
+    conversation (the Agents SDK session asks for them on every run). Deleted turns do not
+    count; the window is fixed by the first page; pages follow their token."""
+    svc = services
+    events = [
+        MemoryEvent("tail", i, "user", f"note {i}", f"2026-02-02T10:00:{i:02d}+00:00")
+        for i in range(9)
+    ]
+    assert svc.ingest.append(events).accepted == 9
+    svc.deletion.delete("tail", TurnRange(7, 7), [])
+
+    def turns(last: int, page_size: int = 0) -> list[int]:
+        out, token = [], ""
+        while True:
+            page, token = svc.ingest.export_events("tail", page_size, token, last=last)
+            out += [e.turn_id for e in page]
+            if not token:
+                return out
+            svc.ingest.append([events[0]])  # a duplicate between pages changes nothing
+
+    assert turns(0) == [0, 1, 2, 3, 4, 5, 6, 8]
+    assert turns(3) == [5, 6, 8]  # turn 7 is deleted: the newest three live ones
+    assert turns(3, page_size=2) == [5, 6, 8]
+    assert turns(1) == [8] and turns(8) == turns(0) and turns(100) == turns(0)
+    first, token = svc.ingest.export_events("tail", 1, "", last=2)
+    later = MemoryEvent("tail", 9, "user", "note 9", "2026-02-02T10:00:09+00:00")
+    assert svc.ingest.append([later]).accepted == 1
+    rest, _ = svc.ingest.export_events("tail", 0, token, last=2)
+    assert [e.turn_id for e in first + rest] == [6, 8, 9]  # the window began at turn 6
+    with pytest.raises(InvalidArgument) as refused:
+        svc.ingest.export_events("tail", 0, "", last=-1)
+    assert refused.value.field == "last"
+
+
 def test_a_log_of_the_previous_schema_gains_payloads(tmp_path: Path) -> None:
     """An event log written before payloads (schema 2) opens: its events have none."""
     from memsvc.storage.sqlite import LOG_FILE, open_log

@@ -28,6 +28,10 @@ class LogReader(Protocol):
         """Up to `limit` live (not deleted) events with turn_id > `after_turn`, in turn order."""
         ...
 
+    def nth_newest_live_turn(self, conversation_id: str, n: int) -> int | None:
+        """The turn_id of the `n`-th newest live event (n >= 1; None: fewer live events)."""
+        ...
+
     def seq_through(self, conversation_id: str, turn_id: int) -> int | None:
         """The latest work sequence number among the turns up to `turn_id` (None: that turn
         was never written)."""

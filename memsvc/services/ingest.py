@@ -266,17 +266,29 @@ class IngestService:
 
     # -- ListChunks -----------------------------------------------------------------------
     def export_events(
-        self, conversation_id: str, page_size: int, page_token: str, access: Access = FULL
+        self,
+        conversation_id: str,
+        page_size: int,
+        page_token: str,
+        access: Access = FULL,
+        last: int = 0,
     ) -> tuple[list[MemoryEvent], str]:
-        """A page of the conversation's live events as appended, and the next page's token
-        (empty at the end)."""
+        """A page of the conversation's live events as appended (only the newest `last`,
+        when set), and the next page's token (empty at the end)."""
         conv = validation.conversation_id(conversation_id, "conversation_id")
         access.check(conv, "conversation_id")
         if not 0 <= page_size <= 5000:
             raise InvalidArgument("page_size", "must be 0 (= 500) to 5000")
+        if last < 0:
+            raise InvalidArgument("last", "must be 0 (= every event) or more")
         size = page_size or 500
         after = _after_turn(page_token)
         with self.log.snapshot() as r:
+            # The first page fixes where the newest `last` begin; later pages follow the
+            # token, so turns appended meanwhile do not shift the window under the reader.
+            first = r.nth_newest_live_turn(conv, last) if last and not page_token else None
+            if first is not None:
+                after = first - 1
             rows = r.events_after(conv, after, size + 1)
         page = [
             MemoryEvent(

@@ -350,14 +350,16 @@ class RetireChunkVersionResponse(_message.Message):
     def __init__(self, retired: _Optional[int] = ...) -> None: ...
 
 class ExportEventsRequest(_message.Message):
-    __slots__ = ("conversation_id", "page_size", "page_token")
+    __slots__ = ("conversation_id", "page_size", "page_token", "last")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     page_size: int
     page_token: str
-    def __init__(self, conversation_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    last: int
+    def __init__(self, conversation_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., last: _Optional[int] = ...) -> None: ...
 
 class ExportEventsResponse(_message.Message):
     __slots__ = ("events", "next_page_token")

@@ -99,6 +99,14 @@ class SqlLog(LayoutQueries, WorkQueries):
             )
         ]
 
+    def nth_newest_live_turn(self, conversation_id: str, n: int) -> int | None:
+        row = self.sql.one(
+            "SELECT turn_id FROM events WHERE conversation_id = ? AND deleted = 0"
+            " ORDER BY turn_id DESC LIMIT 1 OFFSET ?",
+            (conversation_id, n - 1),
+        )
+        return None if row is None else int(row[0])
+
     def seq_through(self, conversation_id: str, turn_id: int) -> int | None:
         row = self.sql.one(
             "SELECT MAX(seq), SUM(CASE WHEN turn_id = ? THEN 1 ELSE 0 END) FROM events"

@@ -299,7 +299,11 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.ExportEventsRequest, context: grpc.ServicerContext
     ) -> pb.ExportEventsResponse:
         events, token = self.core.ingest.export_events(
-            request.conversation_id, request.page_size, request.page_token, current_access()
+            request.conversation_id,
+            request.page_size,
+            request.page_token,
+            current_access(),
+            last=request.last,
         )
         return pb.ExportEventsResponse(
             events=[event_to_pb(e) for e in events], next_page_token=token
