@@ -86,13 +86,15 @@ class AsyncMemoryClient:
         )
         return reply
 
-    async def export(self, conversation_id: str) -> list[pb.MemoryEvent]:
+    async def export(self, conversation_id: str, last: int = 0) -> list[pb.MemoryEvent]:
         events: list[pb.MemoryEvent] = []
         token = ""
         while True:
             reply = await self.call(
                 "ExportEvents",
-                pb.ExportEventsRequest(conversation_id=conversation_id, page_token=token),
+                pb.ExportEventsRequest(
+                    conversation_id=conversation_id, page_token=token, last=last
+                ),
             )
             events += reply.events
             token = reply.next_page_token

@@ -188,14 +188,17 @@ class MemoryClient:
         )
         return reply
 
-    def export(self, conversation_id: str) -> list[pb.MemoryEvent]:
-        """The conversation's live events as appended, in turn order (every page)."""
+    def export(self, conversation_id: str, last: int = 0) -> list[pb.MemoryEvent]:
+        """The conversation's live events as appended, in turn order (every page); only the
+        newest `last` of them when set (a 0.1 server ignores it and sends all)."""
         events: list[pb.MemoryEvent] = []
         token = ""
         while True:
             reply = self.call(
                 "ExportEvents",
-                pb.ExportEventsRequest(conversation_id=conversation_id, page_token=token),
+                pb.ExportEventsRequest(
+                    conversation_id=conversation_id, page_token=token, last=last
+                ),
             )
             events += reply.events
             token = reply.next_page_token

@@ -145,6 +145,8 @@ class MemoryClientTest(ServerTestCase):
             self.assertIn("Biscuit", hits[0].text)
             self.assertEqual(hits[0].metadata.turn_range.end, 1)
             self.assertEqual(memory.status(["py-1"]).conversations[0].state, "idle")
+            self.assertEqual([e.turn_id for e in memory.export("py-1")], [0, 1])
+            self.assertEqual([e.turn_id for e in memory.export("py-1", last=1)], [1])
             self.assertEqual(memory.delete("py-1").events_deleted, 2)
             self.assertEqual(memory.search("Biscuit", conversation_ids=["py-1"]), [])
 

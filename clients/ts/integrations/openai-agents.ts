@@ -95,11 +95,16 @@ export class MemsvcSession implements Session {
     return this.sessionId;
   }
 
-  private async events(): Promise<MemoryEvent[]> {
+  /** The newest `last` live events (0: all); the server reads only those. */
+  private async events(last = 0): Promise<MemoryEvent[]> {
     const events: MemoryEvent[] = [];
     let pageToken = "";
     do {
-      const page = await this.client.exportEvents({ conversationId: this.sessionId, pageToken });
+      const page = await this.client.exportEvents({
+        conversationId: this.sessionId,
+        pageToken,
+        last,
+      });
       events.push(...page.events);
       pageToken = page.nextPageToken;
     } while (pageToken);
@@ -108,7 +113,8 @@ export class MemsvcSession implements Session {
 
   async getItems(limit?: number): Promise<AgentInputItem[]> {
     if (limit !== undefined && limit <= 0) return [];
-    const events = await this.events();
+    const events = await this.events(limit ?? 0);
+    // the slice keeps a 0.1 server (which ignores `last`) exact
     return (limit === undefined ? events : events.slice(-limit)).map(itemOf);
   }
 
@@ -132,7 +138,7 @@ export class MemsvcSession implements Session {
 
   async popItem(): Promise<AgentInputItem | undefined> {
     for (;;) {
-      const events = await this.events();
+      const events = await this.events(1);
       const newest = events.at(-1);
       if (newest === undefined) return undefined;
       const turns = { start: newest.turnId, end: newest.turnId };

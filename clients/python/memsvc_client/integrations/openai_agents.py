@@ -22,6 +22,8 @@ How the SDK's items map onto memsvc:
 - Turn ids and timestamps are the server's (`assign_turn_ids`: the ids after the
   conversation's last turn, the time of receipt): writers in several processes never
   collide, and each call's items stay in order.
+- `get_items(limit)` reads only the newest `limit` turns (`ExportEventsRequest.last`), and
+  `pop_item` only the newest one: neither grows with the conversation.
 - `pop_item` deletes the newest live turn and returns its item; `clear_session` deletes
   every turn. Deleted turns never come back (not in `get_items`, not in search); their
   text stays in the log until `purge()` erases it (an admin token).
@@ -117,9 +119,12 @@ class MemsvcSession:
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
-        events = await self._client.export(self.session_id)
+        if limit is not None and limit <= 0:
+            return []
+        # the server reads only the newest `limit`; the slice keeps older servers exact
+        events = await self._client.export(self.session_id, last=limit or 0)
         if limit is not None:
-            events = events[-limit:] if limit > 0 else []
+            events = events[-limit:]
         return [_item_of(e) for e in events]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -142,7 +147,7 @@ class MemsvcSession:
 
     async def pop_item(self) -> TResponseInputItem | None:
         while True:
-            events = await self._client.export(self.session_id)
+            events = await self._client.export(self.session_id, last=1)
             if not events:
                 return None
             newest = events[-1]
