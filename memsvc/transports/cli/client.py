@@ -165,7 +165,7 @@ def run_client(args: argparse.Namespace) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except (OSError, ValueError) as exc:
-        err.print(f"memsvc: {exc}", markup=False, highlight=False)
+        err.print(f"memsvc: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2
 
 
