@@ -162,6 +162,8 @@ def test_export_is_a_backup_that_append_takes_back(target: str, tmp_path: Path) 
     exported = [json.loads(line) for line in backup.read_text().splitlines()]
     assert [e["turn_id"] for e in exported] == [0, 1, 2, 3, 5, 6, 7, 8, 9]
     assert exported[0] == dict(events[0], conversation_id="exp")  # as appended
+    newest = cli(target, "export", "--conversation", "exp", "--last", "3")
+    assert [json.loads(line)["turn_id"] for line in newest.stdout.splitlines()] == [7, 8, 9]
 
     port = free_port()
     fresh = start_child(tmp_path / "restored", port)

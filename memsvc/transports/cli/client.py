@@ -101,6 +101,9 @@ def add_client_commands(sub: Any) -> None:
     )
     p.add_argument("--conversation", required=True)
     p.add_argument("--output", "-o", default="-", help="file to write (default: stdout)")
+    p.add_argument(
+        "--last", type=int, default=0, help="only the newest N live events (default: all)"
+    )
     p.set_defaults(run=cmd_export)
 
     p = sub.add_parser("list", parents=[common], help="conversations with their state, paged")
@@ -291,7 +294,10 @@ def cmd_export(stub: Stub, args: argparse.Namespace) -> int:
         while True:
             reply = stub.ExportEvents(
                 pb.ExportEventsRequest(
-                    conversation_id=args.conversation, page_size=1000, page_token=token
+                    conversation_id=args.conversation,
+                    page_size=1000,
+                    page_token=token,
+                    last=args.last,
                 ),
                 timeout=120,
             )
