@@ -264,7 +264,7 @@ class IngestService:
             return UpsertResult(errors=errors)
         return self.projector.store_records(valid, errors)
 
-    # -- ListChunks -----------------------------------------------------------------------
+    # -- ExportEvents ---------------------------------------------------------------------
     def export_events(
         self,
         conversation_id: str,
@@ -307,6 +307,7 @@ class IngestService:
         token = base64.urlsafe_b64encode(f"t:{page[-1].turn_id}".encode()).decode() if more else ""
         return page, token
 
+    # -- ListChunks -----------------------------------------------------------------------
     def list_chunks(
         self,
         conversation_id: str,

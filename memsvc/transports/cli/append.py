@@ -203,7 +203,7 @@ def cmd_append(stub: Stub, args: argparse.Namespace) -> int:
         highlight=False,
     )
     for problem in problems[:MAX_SHOWN_ERRORS]:
-        err.print(problem, markup=False, highlight=False, soft_wrap=True)
+        err.print(problem, markup=False, highlight=False)
     if len(problems) > MAX_SHOWN_ERRORS:
         err.print(f"... and {len(problems) - MAX_SHOWN_ERRORS} more", markup=False)
     return 1 if problems else 0

@@ -161,14 +161,14 @@ def run_client(args: argparse.Namespace) -> int:
         if exc.code() == grpc.StatusCode.UNAVAILABLE and not args.ca_file:
             # a TLS server answers a plaintext client only by closing the connection
             message += f" (is {args.target} serving TLS? then pass --ca-file or set MEMSVC_CA_FILE)"
-        err.print(message, markup=False, highlight=False, soft_wrap=True)
+        err.print(message, markup=False, highlight=False)
         return 1
     except BrokenPipeError:
         # the reader went away (`memsvc export | head`): stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except (OSError, ValueError) as exc:
-        err.print(f"memsvc: {exc}", markup=False, highlight=False, soft_wrap=True)
+        err.print(f"memsvc: {exc}", markup=False, highlight=False)
         return 2
 
 

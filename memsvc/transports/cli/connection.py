@@ -15,7 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 
 out = Console()
-err = Console(stderr=True)
+# One message, one line: scripts grep stderr, and rich would otherwise wrap at 80 columns
+# when stderr is not a terminal, splitting the words they look for.
+err = Console(stderr=True, soft_wrap=True)
 
 
 class Stub:
