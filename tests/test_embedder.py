@@ -225,6 +225,8 @@ def test_fresh_export_is_checked_and_reused(tmp_path: Path) -> None:
     first = load_embedder(make_settings(tmp_path, embed_backend="onnx", model_cache_dir=cache))
     exports = list(cache.glob("*/model.onnx"))
     assert first.backend.name == "onnx" and len(exports) == 1
+    # ONNX Runtime's fusions made each of MiniLM's six layers one Attention node
+    assert _op_types(exports[0]).count("Attention") == 6
     stamp = exports[0].stat().st_mtime_ns
     again = load_embedder(make_settings(tmp_path, embed_backend="onnx", model_cache_dir=cache))
     assert again.backend.name == "onnx" and exports[0].stat().st_mtime_ns == stamp
@@ -234,6 +236,46 @@ def test_fresh_export_is_checked_and_reused(tmp_path: Path) -> None:
     assert repaired.backend.name == "onnx" and exports[0].stat().st_size > 1_000_000
     texts = ["a damaged export is rebuilt"]
     assert np.allclose(repaired.encode_queries(texts), first.encode_queries(texts), atol=1e-5)
+
+
+def test_a_model_whose_attention_cannot_be_fused_gets_the_plain_export(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """MPNet's relative attention is no pattern ONNX Runtime's BERT fusions know: the dynamo
+    export is made instead, and it reproduces the model."""
+    import torch
+    from transformers import MPNetConfig, MPNetModel
+
+    model_dir = tmp_path / "tiny-mpnet"
+    model_dir.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        (model_dir / name).write_bytes((bundled_model_path() / name).read_bytes())
+    torch.manual_seed(0)
+    config = MPNetConfig(
+        vocab_size=30527,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+    )
+    MPNetModel(config).save_pretrained(model_dir)
+    cache = tmp_path / "models"
+    settings = {"embed_model": str(model_dir), "embed_fallback": False, "model_cache_dir": cache}
+    on_onnx = load_embedder(make_settings(tmp_path, embed_backend="onnx", **settings))
+    on_torch = load_embedder(make_settings(tmp_path, embed_backend="torch", **settings))
+    assert on_onnx.backend.name == "onnx" and on_onnx.dim == 32
+    logged = capsys.readouterr()
+    assert "onnx_fused_export_skipped" in logged.out + logged.err
+    (export,) = cache.glob("*/model.onnx")
+    assert "Attention" not in _op_types(export)
+    a, b = on_onnx.encode_passages(PARITY_TEXTS), on_torch.encode_passages(PARITY_TEXTS)
+    assert np.min(np.sum(a * b, axis=1)) >= 0.999
+
+
+def _op_types(path: Path) -> list[str]:
+    import onnx
+
+    return [node.op_type for node in onnx.load(str(path)).graph.node]
 
 
 def test_unusable_onnx_falls_back_to_torch_with_a_warning(
