@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import io
 import json
 import logging
@@ -245,10 +246,10 @@ def locked(path: Path) -> Iterator[None]:
 def _export(model: Any, pooling: str, max_tokens: int, probes: Batch, path: Path) -> None:
     """The model plus pooling and normalisation as one ONNX graph, batch and sequence
     dynamic. Fused first: ONNX Runtime's BERT fusions turn each layer's attention into one
-    Attention node (queries ~10 %, long passages ~25 % faster on an AMD EPYC, archive
-    2026-11-27). Its pattern matcher knows the TorchScript exporter's graph of eager
-    attention, not the dynamo exporter's, so the fused graph is exported that way and must
-    reproduce torch on the probes; otherwise the plain dynamo export is kept."""
+    Attention node (a short query 12-20 %, passages 3-28 % faster on an AMD EPYC,
+    benchmarks/archive/2026-11-27.md). Its pattern matcher knows the TorchScript exporter's
+    graph of eager attention, not the dynamo exporter's, so the fused graph is exported that
+    way and must reproduce torch on the probes; otherwise the plain dynamo export is kept."""
     try:
         _export_fused(model, pooling, probes, path)
         return
@@ -279,10 +280,10 @@ def _pooled_module(model: Any, pooling: str) -> Any:
 def _quiet_exporter() -> Iterator[None]:
     """The exporters report progress on stdout and warn about internals: not ours to show.
     ONNX Runtime's optimizer logs under its modules' bare names (fusion_base, onnx_model...)."""
-    import onnxruntime.transformers as ort_transformers
-
-    fusions = Path(ort_transformers.__file__).parent.glob("*.py")
-    quiet = [logging.getLogger(n) for n in ("torch.onnx", *(p.stem for p in fusions))]
+    spec = importlib.util.find_spec("onnxruntime")
+    fusions = Path(spec.origin).parent / "transformers" if spec and spec.origin else None
+    names = [p.stem for p in fusions.glob("*.py")] if fusions else []
+    quiet = [logging.getLogger(n) for n in ("torch.onnx", *names)]
     levels = [q.level for q in quiet]
     for q in quiet:
         q.setLevel(logging.ERROR)
@@ -343,8 +344,8 @@ def _export_fused(model: Any, pooling: str, probes: Batch, path: Path) -> None:
 
 
 def _export_dynamo(model: Any, pooling: str, max_tokens: int, probes: Batch, path: Path) -> None:
-    """The dynamo exporter: the TorchScript one gave wrong outputs with transformers 5's
-    default (SDPA) attention."""
+    """The unfused graph, by the dynamo exporter: the TorchScript one gave wrong outputs
+    with transformers 5 on the model as loaded (its default attention)."""
     import torch
 
     names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in probes]
