@@ -4,8 +4,8 @@ FlagEmbedding loads the model (the loader of record); a backend turns one padded
 token ids into pooled, L2-normalised float32 vectors. The ONNX backend is the torch model
 exported once into the model cache (attention fused where ONNX Runtime can; pooling and
 normalisation inside the graph), and is used only if it reproduces the torch vectors on a
-fixed probe set (cosine >= PARITY_MIN_COSINE). Which one runs each path is measured on the machine
-(memsvc.embedding.tuning).
+fixed probe set (cosine >= PARITY_MIN_COSINE). Which one runs each path is measured on the
+machine (memsvc.embedding.tuning).
 """
 
 from __future__ import annotations
@@ -276,6 +276,15 @@ def _pooled_module(model: Any, pooling: str) -> Any:
     return Pooled().eval()
 
 
+def _example_inputs(probes: Batch) -> tuple[list[str], tuple[Any, ...]]:
+    """The graph's input names (token_type_ids where the model has them) and the probes as
+    the torch tensors an exporter traces."""
+    import torch
+
+    names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in probes]
+    return names, tuple(torch.from_numpy(np.asarray(probes[k], dtype=np.int64)) for k in names)
+
+
 @contextlib.contextmanager
 def _quiet_exporter() -> Iterator[None]:
     """The exporters report progress on stdout and warn about internals: not ours to show.
@@ -301,8 +310,7 @@ def _export_fused(model: Any, pooling: str, probes: Batch, path: Path) -> None:
     import torch
     from onnxruntime.transformers.optimizer import optimize_model
 
-    names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in probes]
-    args = tuple(torch.from_numpy(np.asarray(probes[k], dtype=np.int64)) for k in names)
+    names, args = _example_inputs(probes)
     traced = path.with_name(path.name + ".traced")
     previous = model.config._attn_implementation
     try:
@@ -348,10 +356,9 @@ def _export_dynamo(model: Any, pooling: str, max_tokens: int, probes: Batch, pat
     with transformers 5 on the model as loaded (its default attention)."""
     import torch
 
-    names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in probes]
+    names, args = _example_inputs(probes)
     batch_dim = torch.export.Dim("batch")
     seq_dim = torch.export.Dim("sequence", max=max_tokens)
-    args = tuple(torch.from_numpy(np.asarray(probes[k], dtype=np.int64)) for k in names)
     with _quiet_exporter():
         program = torch.onnx.export(
             _pooled_module(model, pooling),
