@@ -135,7 +135,8 @@ def memsvc(stub: pb_grpc.MemoryServiceStub, mode: int, latencies: list[float]) -
         latencies.append((time.perf_counter() - started) * 1000)
         out: set[int] = set()
         for h in [*found.standing, *found.hits]:
-            out.update(range(h.metadata.turn_range.start, h.metadata.turn_range.end + 1))
+            # a narrowed hit names the turns it returns
+            out.update(h.turns or range(h.metadata.turn_range.start, h.metadata.turn_range.end + 1))
         return out
 
     return turns

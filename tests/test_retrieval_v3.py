@@ -211,6 +211,9 @@ def chat(conv: str, n: int) -> list[MemoryEvent]:
 
 
 def covered(hit: object) -> set[int]:
+    """The turns a hit returns: its own list when narrowed, else its chunk's range."""
+    if hit.turns:  # type: ignore[attr-defined]
+        return set(hit.turns)  # type: ignore[attr-defined]
     r = hit.metadata.turn_range  # type: ignore[attr-defined]
     return set(range(r.start, r.end + 1))
 

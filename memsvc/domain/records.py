@@ -3,6 +3,7 @@ storage backends return these and the services work on them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -176,12 +177,37 @@ class IndexTotals:
 
 # -- the vector store -------------------------------------------------------------------------
 @dataclass(frozen=True)
+class TurnLines:
+    """The turns of a chunk that spans several: each one's id, where its line starts in
+    the chunk's text, and its own vector (of its cleaned text). With them a search can
+    return the few turns of a late window hit that bear on the query, not all of them
+    (memsvc.services.narrowing)."""
+
+    turn_ids: tuple[int, ...]
+    starts: tuple[int, ...]
+    vectors: np.ndarray  # one row per turn, unit length
+
+    def text_of(self, text: str, keep: Sequence[int]) -> str:
+        """`text` (the chunk's) with the lines of the turns in `keep` only, under its
+        prefix line."""
+        ends = [*(s - 1 for s in self.starts[1:]), len(text)]
+        lines = [
+            text[start:end]
+            for turn, start, end in zip(self.turn_ids, self.starts, ends, strict=True)
+            if turn in keep
+        ]
+        return "\n".join([text[: self.starts[0] - 1], *lines])
+
+
+@dataclass(frozen=True)
 class StoredChunk:
     record: ChunkRecord
     content_hash: str
     vector: np.ndarray | None = None
     # Of its conversation's active version (what default searches read).
     current: bool = True
+    # A chunk of several turns, when the store keeps them (schema 4): read with its vector.
+    turn_lines: TurnLines | None = None
 
 
 # A ranked chunk id and its score (fusion works on these).

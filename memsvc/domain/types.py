@@ -178,6 +178,9 @@ class Hit:
     text: str
     metadata: ChunkMetadata
     explanation: Explanation | None = None
+    # The turns `text` holds when fewer than the chunk's (a late window hit narrowed under
+    # a turn budget, memsvc.services.narrowing); empty: all of metadata.turn_range.
+    turns: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,15 @@ class ChunkStore(Protocol):
         ...
 
     # reads
-    def get(self, chunk_ids: Sequence[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
+    @property
+    def keeps_turn_lines(self) -> bool:
+        """Rows of several turns carry their turns' lines and vectors (StoredChunk.turn_lines),
+        read with their vectors or on request."""
+        ...
+
+    def get(
+        self, chunk_ids: Sequence[str], with_vectors: bool = False, with_turn_lines: bool = False
+    ) -> dict[str, StoredChunk]:
         """The records with these ids (missing ids are absent)."""
         ...
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from memsvc.domain.errors import ConversationBusy
 from memsvc.domain.hashing import content_hash, text_hash
-from memsvc.domain.records import Conversation, StoredChunk
+from memsvc.domain.records import Conversation, StoredChunk, TurnLines
 from memsvc.domain.types import (
     REASON_BUSY,
     REASON_DELETED,
@@ -78,6 +78,12 @@ class RecordWrites:
             vectors = self.vectors.of(need, errors, epoch)
         refused = {e.chunk_id for e in errors[checked:]}
         authored = [r for r in authored if r.chunk_id not in refused]
+        lines: dict[str, TurnLines] = {}
+        if self.store.keeps_turn_lines:
+            with stage("write", "embed"):
+                lines = self.vectors.turn_lines(
+                    [r for r in need if r.chunk_id not in refused], epoch
+                )
         counts = _Counts()
         by_conv: dict[str, list[ChunkRecord]] = {}
         for r in authored:
@@ -85,7 +91,7 @@ class RecordWrites:
         for conv, group in by_conv.items():
             try:
                 with self.locks.hold(conv):
-                    self._write(conv, group, vectors, errors, counts)
+                    self._write(conv, group, vectors, lines, errors, counts)
                     with stage("write", "settle"):
                         self.settle(conv)
             except ConversationBusy as exc:  # the other conversations are written
@@ -153,6 +159,7 @@ class RecordWrites:
         conv: str,
         records: list[ChunkRecord],
         vectors: dict[str, np.ndarray],  # by chunk id
+        lines: dict[str, TurnLines],  # by chunk id, of chunks spanning several turns
         errors: list[RecordError],
         counts: _Counts,
     ) -> None:
@@ -180,7 +187,11 @@ class RecordWrites:
                 if vector is None:  # its turn changed meanwhile: the next build renders it
                     stale.add(r.chunk_id)
                     continue
-            writes.append(StoredChunk(live, content_hash(live), vector, current))
+                if self.store.keeps_turn_lines:
+                    lines.update(self.vectors.turn_lines([r]))
+            writes.append(
+                StoredChunk(live, content_hash(live), vector, current, lines.get(r.chunk_id))
+            )
             if old is None:
                 counts.upserted += 1
             else:

@@ -21,7 +21,7 @@ queries no rule governs (benchmarks/archive/2026-11-25.md, Retrieval v3).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -32,7 +32,7 @@ from memsvc.domain import validation
 from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import Cancelled, InvalidArgument
 from memsvc.domain.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K, MAX_TURN_BUDGET
-from memsvc.domain.records import Candidate, Scored
+from memsvc.domain.records import Candidate, Scored, StoredChunk
 from memsvc.domain.standing import INSTRUCTION_TAG
 from memsvc.domain.terms import matched_terms
 from memsvc.domain.types import (
@@ -46,6 +46,7 @@ from memsvc.domain.types import (
 from memsvc.observability.metrics import stage
 from memsvc.ports import ChunkStore, Embedder, EventLog, QueryEncoder, SearchScope
 from memsvc.services.fusion import dedup_text, mmr_select, rrf_fuse, score_fuse
+from memsvc.services.narrowing import Narrowing
 from memsvc.services.recent_records import RecentRecords
 from memsvc.services.selection import Coverage, HitSelector, span_of, within
 
@@ -187,10 +188,11 @@ class SearchService:
         rules: list[Candidate] = []
         dense: list[Candidate] = []
         keyword: list[Candidate] = []
+        vector: np.ndarray | None = None
         if mode is SearchMode.HYBRID:
             # BM25 needs no vector: run it while the query is being embedded.
             keyword_future = self._pool.submit(self._keyword, req.query_text, scope, pool)
-            dense, rules = self._dense(req.query_text, scope, pool, standing=standing)
+            dense, rules, vector = self._dense(req.query_text, scope, pool, standing=standing)
             keyword = keyword_future.result()
             fuse = score_fuse if self.tuning.fusion is Fusion.SCORE else rrf_fuse
             with stage("search", "fuse"):
@@ -204,7 +206,7 @@ class SearchService:
             # records in the search itself, not in a second round trip after it.
             whole = not req.mmr_lambda and not req.turn_budget
             if mode is SearchMode.DENSE:
-                candidates, rules = self._dense(
+                candidates, rules, vector = self._dense(
                     req.query_text, scope, pool, whole, standing=standing
                 )
                 dense = candidates
@@ -222,18 +224,20 @@ class SearchService:
             picked = mmr_select(dedup_text(head, records), records, len(head), req.mmr_lambda)
             top = within(picked, records, coverage)[:top_k]
             top = sorted(top, key=lambda x: -x[1])
+            narrowed: dict[str, tuple[int, ...]] = {}
         else:
             known = {c.chunk_id: c.stored for c in candidates if c.stored is not None}
             # Read by the search, or recently with the same content hash: no second read.
             # The deleted flag is not in the hash: an audit reads what is stored now.
             hashes = {} if audit else {c.chunk_id: c.content_hash for c in candidates}
-            top, records = self.selector.top(ranked, top_k, known, audit, hashes, coverage)
+            narrowing = None
+            if req.turn_budget and vector is not None and self.store.keeps_turn_lines:
+                narrowing = Narrowing(vector)
+            top, records, narrowed = self.selector.top(
+                ranked, top_k, known, audit, hashes, coverage, narrowing
+            )
         hits = _in_order(
-            [
-                Hit(cid, score, records[cid].record.text, records[cid].record.metadata)
-                for cid, score in top
-            ],
-            req.order,
+            [_hit(cid, score, records[cid], narrowed) for cid, score in top], req.order
         )
         standing_hits = list(given.values())
         if req.explain:
@@ -249,8 +253,9 @@ class SearchService:
         whole: bool = False,
         *,
         standing: bool = False,
-    ) -> tuple[list[Candidate], list[Candidate]]:
-        """The dense list, and the standing instructions in scope nearest the query."""
+    ) -> tuple[list[Candidate], list[Candidate], np.ndarray]:
+        """The dense list, the standing instructions in scope nearest the query, and the
+        query's vector."""
         with stage("search", "embed"):
             vector = self.queries.encode(query)
         rules = None
@@ -261,7 +266,7 @@ class SearchService:
             )
         with stage("search", "dense"):
             found = self.store.search_dense(vector, scope, pool, whole)
-        return found, (rules.result() if rules is not None else [])
+        return found, (rules.result() if rules is not None else []), vector
 
     def _keyword(
         self, query: str, scope: SearchScope, pool: int, whole: bool = False
@@ -330,6 +335,16 @@ def _explained(
         why = Explanation(d_rank, d_score, k_rank, k_score, h.score, matched_terms(query, h.text))
         out.append(replace(h, explanation=why))
     return out
+
+
+def _hit(
+    cid: str, score: float, stored: StoredChunk, narrowed: Mapping[str, tuple[int, ...]]
+) -> Hit:
+    record, kept = stored.record, narrowed.get(cid)
+    if kept is None or stored.turn_lines is None:
+        return Hit(cid, score, record.text, record.metadata)
+    text = stored.turn_lines.text_of(record.text, kept)
+    return Hit(cid, score, text, record.metadata, turns=kept)
 
 
 def _scored(candidates: Sequence[Candidate]) -> list[Scored]:

@@ -20,6 +20,7 @@ from memsvc.domain.hashing import text_hash
 from memsvc.domain.records import Scored, StoredChunk
 from memsvc.observability.metrics import stage
 from memsvc.ports import ChunkStore, EventLog, LogReader
+from memsvc.services.narrowing import Narrowing
 from memsvc.services.recent_records import RecentRecords
 
 # (conversation, first turn, last turn): what a hit covers.
@@ -64,7 +65,8 @@ class HitSelector:
         audit: bool,
         hashes: Mapping[str, str],
         coverage: Coverage,
-    ) -> tuple[list[Scored], dict[str, StoredChunk]]:
+        narrowing: Narrowing | None = None,
+    ) -> tuple[list[Scored], dict[str, StoredChunk], dict[str, tuple[int, ...]]]:
         """The first `top_k` candidates that bring new text and new turns within the
         budget, and their records. Records the search returned whole are `known`. The
         others are judged by the log first, in slices of 4 x top_k then twice as large each
@@ -75,22 +77,29 @@ class HitSelector:
         and judging a few more ids in the log far less (benchmarks/archive/2026-11-25.md, Speed v4).
         A hit removed between the search and the read, or one the log cannot judge without
         its record (a superseded tail awaiting removal), is read and judged again, and the
-        choice is made anew."""
+        choice is made anew. With `narrowing`, late window hits return some of their turns
+        (memsvc.services.narrowing): the turns of each such hit are the third result."""
         records: dict[str, StoredChunk] = dict(self.verified(known, audit))
         live: dict[str, tuple[str, Span]] = {}  # chunk id -> text hash, span, as searched
         judged: set[str] = set(known)
         start, size = 0, top_k * 4
         while True:
-            top, unread = _pick(ranked[:start], top_k, records, live, judged, coverage)
+            top, unread, narrowed = _pick(
+                ranked[:start], top_k, records, live, judged, coverage, narrowing
+            )
             if unread:
-                records.update(self._read(unread, hashes, live, audit))
+                records.update(self._read(unread, hashes, live, audit, narrowing is not None))
                 judged.update(unread)
                 done = set(unread)
                 live = {cid: v for cid, v in live.items() if cid not in done}
                 continue
-            if len(top) >= top_k or start >= len(ranked) or _filled(top, records, live, coverage):
-                _cover(top, records, coverage)
-                return top, records
+            if (
+                len(top) >= top_k
+                or start >= len(ranked)
+                or _filled(top, records, live, coverage, narrowed)
+            ):
+                _cover(top, records, coverage, narrowed)
+                return top, records, narrowed
             part = [cid for cid, _ in ranked[start : start + size]]
             start, size = start + len(part), size * 2
             found, doubtful = self._live_in_log([c for c in part if c not in judged], hashes)
@@ -103,14 +112,20 @@ class HitSelector:
         hashes: Mapping[str, str],
         live: Mapping[str, tuple[str, Span]],
         audit: bool,
+        with_turn_lines: bool = False,
     ) -> dict[str, StoredChunk]:
         """The records of `ids` the log holds live. One with the content the log was just
-        asked about needs no second look; any other is verified."""
-        found = self.recent.take([(cid, hashes[cid]) for cid in ids if cid in hashes])
+        asked about needs no second look; any other is verified. Records kept from recent
+        reads may lack their turn lines: `with_turn_lines` reads every record."""
+        found = (
+            {}
+            if with_turn_lines
+            else self.recent.take([(cid, hashes[cid]) for cid in ids if cid in hashes])
+        )
         unread = [cid for cid in ids if cid not in found]
         if unread:
             with stage("search", "read"):
-                fresh = self.store.get(unread)
+                fresh = self.store.get(unread, with_turn_lines=with_turn_lines)
             self.recent.keep(fresh.values())
             found.update(fresh)
         checked = {
@@ -209,17 +224,20 @@ def _pick(
     live: Mapping[str, tuple[str, Span]],
     judged: set[str],
     coverage: Coverage,
-) -> tuple[list[Scored], list[str]]:
+    narrowing: Narrowing | None,
+) -> tuple[list[Scored], list[str], dict[str, tuple[int, ...]]]:
     """The best-ranked candidates with distinct texts and new turns, up to `top_k` and the
     turn budget, and the records still to be read before that choice is final: the picks
     the log holds live (known by their text hash, not yet read), and every candidate
     ranked before the last pick that the log could not judge (its text, once read, may
-    come first)."""
+    come first). A late window hit (`narrowing`) not yet read is counted as its kept
+    turns would be, at most; once read, by the turns it keeps (the third result)."""
     seen: set[str] = set()
     covered = set(coverage.turns)
     used = len(covered)
     top: list[Scored] = []
     unread: list[str] = []
+    narrowed: dict[str, tuple[int, ...]] = {}
     for cid, score in ranked:
         if len(top) >= top_k or (coverage.budget and used >= coverage.budget):
             break
@@ -235,7 +253,25 @@ def _pick(
             continue  # not live, or gone since the search
         conv, first, last = span
         new = {(conv, t) for t in range(first, last + 1)} - covered
-        if key in seen or not new or (coverage.budget and used + len(new) > coverage.budget):
+        if key in seen or not new:
+            continue
+        if narrowing is not None and narrowing.applies(len(top), first, last):
+            if stored is None:  # which turns it keeps is known once it is read
+                cost = min(narrowing.keep, len(new))
+                if coverage.budget and used + cost > coverage.budget:
+                    continue
+                seen.add(key)
+                used += cost
+                top.append((cid, score))
+                unread.append(cid)
+                continue
+            kept = narrowing.turns(stored)
+            if kept is not None:
+                new = {(conv, t) for t in kept} - covered
+                if not new:
+                    continue
+                narrowed[cid] = tuple(sorted(t for _, t in new))  # never a turn given before
+        if coverage.budget and used + len(new) > coverage.budget:
             continue
         seen.add(key)
         covered |= new
@@ -243,7 +279,18 @@ def _pick(
         top.append((cid, score))
         if stored is None:
             unread.append(cid)
-    return top, unread
+    return top, unread, narrowed
+
+
+def _turns(
+    cid: str,
+    records: Mapping[str, StoredChunk],
+    live: Mapping[str, tuple[str, Span]],
+    narrowed: Mapping[str, tuple[int, ...]],
+) -> list[tuple[str, int]]:
+    """The turns a pick returns."""
+    conv, first, last = span_of(records[cid]) if cid in records else live[cid][1]
+    return [(conv, t) for t in narrowed.get(cid, range(first, last + 1))]
 
 
 def _filled(
@@ -251,20 +298,25 @@ def _filled(
     records: Mapping[str, StoredChunk],
     live: Mapping[str, tuple[str, Span]],
     coverage: Coverage,
+    narrowed: Mapping[str, tuple[int, ...]],
 ) -> bool:
     """The picks use the whole turn budget: no later candidate can be added."""
     if not coverage.budget:
         return False
     turns = set(coverage.turns)
     for cid, _ in top:
-        conv, first, last = span_of(records[cid]) if cid in records else live[cid][1]
-        turns.update((conv, t) for t in range(first, last + 1))
+        turns.update(_turns(cid, records, live, narrowed))
     return len(turns) >= coverage.budget
 
 
-def _cover(top: Sequence[Scored], records: Mapping[str, StoredChunk], coverage: Coverage) -> None:
+def _cover(
+    top: Sequence[Scored],
+    records: Mapping[str, StoredChunk],
+    coverage: Coverage,
+    narrowed: Mapping[str, tuple[int, ...]],
+) -> None:
     for cid, _ in top:
-        coverage.turns.update(coverage.new_turns(span_of(records[cid])))
+        coverage.turns.update(_turns(cid, records, {}, narrowed))
 
 
 def _unsettled(r: LogReader, conversation_ids: set[str]) -> set[str]:

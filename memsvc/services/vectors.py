@@ -14,11 +14,12 @@ import numpy as np
 
 from memsvc.domain.chunking import ChunkPolicy, ChunkWindow, StoredTurn, turn_windows
 from memsvc.domain.hashing import text_hash
-from memsvc.domain.records import EventRow
+from memsvc.domain.records import EventRow, TurnLines
 from memsvc.domain.types import REASON_MISMATCH, ChunkRecord, RecordError
 from memsvc.domain.vectors import combine, vector_texts
 from memsvc.observability import metrics
 from memsvc.ports import Embedder, EmbeddingCache, EventLog
+from memsvc.services.narrowing import KEEP_TURNS
 
 # Log meta key: advanced by every purge in its own transaction.
 ERASURE_EPOCH = "erasure_epoch"
@@ -56,6 +57,56 @@ class ChunkVectors:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return embed_passages_cached(self.embedder, self.cache, texts)
+
+    def turn_lines(
+        self, records: Sequence[ChunkRecord], epoch: str | None = None
+    ) -> dict[str, TurnLines]:
+        """The turn lines of each record that spans more turns than a narrowed hit keeps
+        (memsvc.services.narrowing): its live turns' cleaned texts from the log, found in
+        order in the record's text, each embedded once (through the cache; overlapping
+        windows share turns). A record whose turns are not all found in its text (edited
+        since it was built) gets none: it is returned whole until its next build writes it
+        again."""
+        epoch = epoch if epoch is not None else self.erasure_epoch()
+        multi: dict[str, list[ChunkRecord]] = {}
+        for r in records:
+            m = r.metadata
+            if m.turn_range.end - m.turn_range.start + 1 > KEEP_TURNS:
+                multi.setdefault(m.conversation_id, []).append(r)
+        if not multi:
+            return {}
+        with self.log.snapshot() as view:
+            events = {conv: view.events(conv, _turn_ids(rs)) for conv, rs in multi.items()}
+        planned: dict[str, tuple[tuple[int, ...], tuple[int, ...], list[str]]] = {}
+        derived: dict[str, set[tuple[str, int, int]]] = {}
+        for conv, rs in multi.items():
+            for r in rs:
+                span = range(r.metadata.turn_range.start, r.metadata.turn_range.end + 1)
+                turns = [events[conv][t] for t in span if t in events[conv]]
+                turns = [e for e in turns if not e.deleted and e.clean_text]
+                starts = line_starts(r.text, [e.clean_text for e in turns])
+                if len(turns) <= KEEP_TURNS or starts is None:
+                    continue
+                texts = [e.clean_text for e in turns]
+                planned[r.chunk_id] = (tuple(e.turn_id for e in turns), starts, texts)
+                derived.setdefault(conv, set()).update(
+                    (text_hash(t), e.turn_id, e.turn_id) for t, e in zip(texts, turns, strict=True)
+                )
+        if not planned:
+            return {}
+        # before any vector of them is cached: a purge of the turn then forgets them
+        with self.log.transaction() as tx:
+            for conv, rows in derived.items():
+                tx.record_texts(conv, sorted(rows))
+        texts = list(dict.fromkeys(t for _, _, ts in planned.values() for t in ts))
+        vectors, fresh = _embed_cached(self.embedder, self.cache, texts)
+        if fresh and self.erasure_epoch() != epoch:
+            self.cache.forget(fresh)
+        by_text = dict(zip(texts, vectors, strict=True))
+        return {
+            cid: TurnLines(ids, starts, np.stack([by_text[t] for t in ts]))
+            for cid, (ids, starts, ts) in planned.items()
+        }
 
     def _inputs(
         self, records: Sequence[ChunkRecord], errors: list[RecordError]
@@ -114,6 +165,30 @@ class ChunkVectors:
                 for conv, rows in derived.items():
                     tx.record_texts(conv, sorted(rows))
         return inputs
+
+
+def _turn_ids(records: Sequence[ChunkRecord]) -> set[int]:
+    spans = [r.metadata.turn_range for r in records]
+    return {t for span in spans for t in range(span.start, span.end + 1)}
+
+
+def line_starts(text: str, turn_texts: Sequence[str]) -> tuple[int, ...] | None:
+    """Where the line of each turn starts in a chunk's text (prefix line, then one line
+    per turn, "label: text"), found in order; None when one is not there."""
+    starts: list[int] = []
+    at = text.find("\n") + 1
+    if not at:
+        return None
+    for t in turn_texts:
+        found = text.find(t, at)
+        if found < 0:
+            return None
+        start = text.rfind("\n", 0, found) + 1
+        if start < at:
+            return None
+        starts.append(start)
+        at = found + len(t)
+    return tuple(starts)
 
 
 def _stored(event: EventRow) -> StoredTurn:

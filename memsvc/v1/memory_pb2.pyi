@@ -286,18 +286,20 @@ class HitExplanation(_message.Message):
     def __init__(self, dense_rank: _Optional[int] = ..., dense_score: _Optional[float] = ..., keyword_rank: _Optional[int] = ..., keyword_score: _Optional[float] = ..., fused_score: _Optional[float] = ..., matched_terms: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Hit(_message.Message):
-    __slots__ = ("chunk_id", "score", "text", "metadata", "explanation")
+    __slots__ = ("chunk_id", "score", "text", "metadata", "explanation", "turns")
     CHUNK_ID_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
     chunk_id: str
     score: float
     text: str
     metadata: ChunkMetadata
     explanation: HitExplanation
-    def __init__(self, chunk_id: _Optional[str] = ..., score: _Optional[float] = ..., text: _Optional[str] = ..., metadata: _Optional[_Union[ChunkMetadata, _Mapping]] = ..., explanation: _Optional[_Union[HitExplanation, _Mapping]] = ...) -> None: ...
+    turns: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, chunk_id: _Optional[str] = ..., score: _Optional[float] = ..., text: _Optional[str] = ..., metadata: _Optional[_Union[ChunkMetadata, _Mapping]] = ..., explanation: _Optional[_Union[HitExplanation, _Mapping]] = ..., turns: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class EmbedDbResponse(_message.Message):
     __slots__ = ("query_text", "top_k", "hits", "mode", "standing")

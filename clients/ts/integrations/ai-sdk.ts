@@ -42,6 +42,8 @@ export function hitOf(hit: Hit) {
     conversation_id: m?.conversationId ?? "",
     turn_start: Number(m?.turnRange?.start ?? 0n),
     turn_end: Number(m?.turnRange?.end ?? 0n),
+    // under a turn budget, a late hit may hold fewer turns than its range: these
+    turns: hit.turns,
     time_start: m?.timestampRange?.start ?? "",
     time_end: m?.timestampRange?.end ?? "",
     speakers: m?.speakers ?? [],

@@ -19,15 +19,18 @@ from memsvc.domain.limits import (
     MAX_TIMESTAMP_CHARS,
 )
 from memsvc.domain.model_identity import ModelIdentity, mismatch
+from memsvc.storage.milvus import turn_lines
 
 log = structlog.get_logger(__name__)
 
 # 2: English words stemmed in the BM25 analyzer.
 # 3: `current` marks the rows of each conversation's active version, so a default search
 #    filters on one field however many conversations are mid-migration.
+# 4: `turn_lines` keeps each turn's line start and vector in a chunk of several turns, so a
+#    search can return the turns of a late window hit that bear on the query.
 # An older collection keeps working (without stemming; with version filters listing the
 # conversations that hold several versions) until rebuilt under a new collection name.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 KEYWORD_ANALYZER: dict[str, Any] = {
     # jieba cuts Chinese into words and English at spaces and punctuation; the Snowball
     # English stemmer then maps "paints", "painted", "painting" to one term and leaves
@@ -55,6 +58,7 @@ SCALAR_FIELDS = [
 ]
 # Fields a collection of this schema version has beyond SCALAR_FIELDS.
 CURRENT_SINCE = 3
+TURN_LINES_SINCE = 4
 
 
 def ensure_collection(
@@ -96,6 +100,11 @@ def ensure_collection(
                 effects.append(
                     "default searches filter versions by listing the conversations that"
                     " hold several (no current mark)"
+                )
+            if version < TURN_LINES_SINCE:
+                effects.append(
+                    "a turn budget counts every turn of a window hit (no turn lines to"
+                    " return only the turns that bear on the query)"
                 )
             log.warning(
                 "collection_schema_old",
@@ -187,6 +196,8 @@ def _create(client: Any, collection: str, description: str, dim: int) -> None:
     schema.add_field("part_count", DataType.INT64)
     if SCHEMA_VERSION >= CURRENT_SINCE:
         schema.add_field("current", DataType.BOOL)
+    if SCHEMA_VERSION >= TURN_LINES_SINCE:
+        schema.add_field("turn_lines", DataType.VARCHAR, max_length=turn_lines.MAX_CELL_CHARS)
     schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
     schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
     schema.add_function(

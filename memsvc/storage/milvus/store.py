@@ -26,8 +26,8 @@ from memsvc.domain.text import epoch_ms
 from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
 from memsvc.ports import SearchScope, Span
 from memsvc.storage.milvus import expressions as ex
-from memsvc.storage.milvus import lite, schema
-from memsvc.storage.milvus.schema import CURRENT_SINCE, SCALAR_FIELDS
+from memsvc.storage.milvus import lite, schema, turn_lines
+from memsvc.storage.milvus.schema import CURRENT_SINCE, SCALAR_FIELDS, TURN_LINES_SINCE
 
 log = structlog.get_logger(__name__)
 
@@ -47,7 +47,7 @@ PING_TIMEOUT_S = 2.0
 R = TypeVar("R")
 
 
-def _to_row(chunk: StoredChunk, with_current: bool) -> dict[str, Any]:
+def _to_row(chunk: StoredChunk, with_current: bool, with_turn_lines: bool) -> dict[str, Any]:
     r, m = chunk.record, chunk.record.metadata
     assert chunk.vector is not None
     row = {
@@ -76,6 +76,8 @@ def _to_row(chunk: StoredChunk, with_current: bool) -> dict[str, Any]:
     }
     if with_current:
         row["current"] = chunk.current
+    if with_turn_lines:
+        row["turn_lines"] = turn_lines.pack(chunk.turn_lines)
     return row
 
 
@@ -98,6 +100,7 @@ def _from_row(row: dict[str, Any]) -> StoredChunk:
         row["content_hash"],
         None if vector is None else np.asarray(vector, dtype=np.float32),
         bool(row.get("current", True)),
+        turn_lines.unpack(row.get("turn_lines")),
     )
 
 
@@ -176,8 +179,20 @@ class MilvusChunkStore:
         return self.schema_version >= CURRENT_SINCE
 
     @property
+    def keeps_turn_lines(self) -> bool:
+        return self.schema_version >= TURN_LINES_SINCE
+
+    @property
     def _fields(self) -> list[str]:
         return SCALAR_FIELDS + (["current"] if self.marks_current else [])
+
+    def _with(self, vectors: bool, lines: bool) -> list[str]:
+        """The fields to read: a row's vectors (to write it back whole) include its turn
+        lines."""
+        extra = (["vector"] if vectors else []) + (
+            ["turn_lines"] if (vectors or lines) and self.keeps_turn_lines else []
+        )
+        return self._fields + extra
 
     def _connect(self) -> Any:
         from pymilvus import MilvusClient
@@ -254,10 +269,12 @@ class MilvusChunkStore:
 
     # -- reads ----------------------------------------------------------------------------
     @_store_call
-    def get(self, chunk_ids: Sequence[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
+    def get(
+        self, chunk_ids: Sequence[str], with_vectors: bool = False, with_turn_lines: bool = False
+    ) -> dict[str, StoredChunk]:
         if not chunk_ids:
             return {}
-        fields = self._fields + (["vector"] if with_vectors else [])
+        fields = self._with(with_vectors, with_turn_lines)
         out: dict[str, StoredChunk] = {}
         # A read by primary key (get/query) costs Milvus Lite ~6 ms at 100,000 rows however
         # few the ids; a FLAT search restricted to the same ids returns the same rows in
@@ -298,7 +315,7 @@ class MilvusChunkStore:
     @_store_call
     def _query(self, expr: str, with_vectors: bool = False) -> list[StoredChunk]:
         """Every row matching `expr` (paged past Milvus's per-query cap)."""
-        fields = self._fields + (["vector"] if with_vectors else [])
+        fields = self._with(with_vectors, False)
         out: list[StoredChunk] = []
         seen: set[str] = set()
         # Page by primary key: stable, and not limited by offset + limit <= 16,384.
@@ -406,7 +423,7 @@ class MilvusChunkStore:
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         """Insert or replace whole rows by chunk_id; one call per batch."""
         if chunks:
-            rows = [_to_row(c, self.marks_current) for c in chunks]
+            rows = [_to_row(c, self.marks_current, self.keeps_turn_lines) for c in chunks]
             self._client.upsert(self.collection, rows)
 
     @_store_call

@@ -146,7 +146,11 @@ def server_info_to_pb(server: ServerDescription) -> pb.ServerInfo:
 
 def hit_to_pb(h: Hit) -> pb.Hit:
     hit = pb.Hit(
-        chunk_id=h.chunk_id, score=h.score, text=h.text, metadata=metadata_to_pb(h.metadata)
+        chunk_id=h.chunk_id,
+        score=h.score,
+        text=h.text,
+        metadata=metadata_to_pb(h.metadata),
+        turns=list(h.turns),
     )
     if h.explanation is not None:
         why = h.explanation

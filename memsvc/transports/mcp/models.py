@@ -53,6 +53,11 @@ class Hit(BaseModel):
     conversation_id: str
     turn_start: int
     turn_end: int
+    turns: list[int] = Field(
+        default_factory=list,
+        description="The turns the text holds when fewer than turn_start..turn_end (a late"
+        " hit under a turn budget keeps its turns nearest the query); empty: all of them.",
+    )
     time_start: str
     time_end: str
     speakers: list[str]
@@ -99,6 +104,7 @@ def hit_of(h: pb.Hit) -> Hit:
         conversation_id=h.metadata.conversation_id,
         turn_start=h.metadata.turn_range.start,
         turn_end=h.metadata.turn_range.end,
+        turns=list(h.turns),
         time_start=h.metadata.timestamp_range.start,
         time_end=h.metadata.timestamp_range.end,
         speakers=list(h.metadata.speakers),

@@ -1,0 +1,46 @@
+"""Late window hits narrowed to the turns that bear on the query.
+
+Short chat turns are searched in windows of a few turns: a window carries the context a
+single line lacks. Within a turn budget, though, a window costs all its turns, and the
+evidence of a multi-hop question is spread over many windows that the budget cannot hold
+whole. So, under a turn budget, the first hits are returned whole, and each later hit of
+several turns gives only its `keep` turns nearest the query (by each turn's own vector,
+kept in the store beside the window's; memsvc.domain.records.TurnLines). On LoCoMo dev,
+within 20 turns (benchmarks/archive/2026-11-27.md): recall 0.792 -> 0.806, multi-hop
+0.487 -> 0.548, open-domain 0.504 -> 0.464 (its evidence needs the window's context, which
+the first hits keep). A long turn is a unit of its own and is never narrowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from memsvc.domain.records import StoredChunk
+
+# Chosen on LoCoMo dev (the archive above): 2 or 4 whole hits first cost multi-hop recall,
+# keeping 1 turn costs open-domain recall.
+WHOLE_FIRST = 3
+KEEP_TURNS = 2
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    query: np.ndarray
+    whole_first: int = WHOLE_FIRST
+    keep: int = KEEP_TURNS
+
+    def applies(self, picked: int, first: int, last: int) -> bool:
+        """A hit picked after `picked` others, spanning turns first..last, is narrowed."""
+        return picked >= self.whole_first and last - first + 1 > self.keep
+
+    def turns(self, stored: StoredChunk) -> tuple[int, ...] | None:
+        """The hit's turns to return, in turn order; None: all (its store row has no
+        turn lines: one turn, or written before schema 4)."""
+        lines = stored.turn_lines
+        if lines is None or len(lines.turn_ids) <= self.keep:
+            return None
+        scores = lines.vectors @ np.asarray(self.query, dtype=np.float32)
+        best = sorted(range(len(lines.turn_ids)), key=lambda i: (-float(scores[i]), i))
+        return tuple(sorted(lines.turn_ids[i] for i in best[: self.keep]))

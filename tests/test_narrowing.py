@@ -1,0 +1,221 @@
+"""Late window hits narrowed to the turns nearest the query, under a turn budget
+(memsvc.services.narrowing), and the turn lines the store keeps for it (schema 4)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from structlog.testing import capture_logs
+
+from memsvc.app import Services, build_services
+from memsvc.domain.hashing import text_hash
+from memsvc.domain.records import TurnLines
+from memsvc.domain.types import (
+    Hit,
+    MemoryEvent,
+    SearchFilters,
+    SearchMode,
+    SearchRequest,
+    TurnRange,
+)
+from memsvc.embedding.model import Embedder
+from memsvc.services.narrowing import KEEP_TURNS, WHOLE_FIRST
+from memsvc.services.vectors import line_starts
+from memsvc.storage.milvus import turn_lines
+from memsvc.storage.milvus.store import MilvusChunkStore
+from tests.conftest import make_settings, turn
+from tests.test_store import ident, record
+
+PEOPLE = ["Ana", "Ben", "Caro", "Dev", "Eli"]
+THINGS = [
+    "repaired the old bicycle",
+    "planted tomatoes in the garden",
+    "painted the kitchen wall blue",
+    "booked a flight to Lisbon",
+    "adopted a grey kitten",
+    "baked sourdough bread",
+    "ran a half marathon",
+    "learned three chords on the guitar",
+]
+QUERY = "who baked bread, adopted a kitten or ran a marathon?"
+
+
+def chat(conv: str, n: int) -> list[MemoryEvent]:
+    """Short turns, each about something else: windows of several turns."""
+    return [
+        turn(
+            conv,
+            i,
+            f"{PEOPLE[i % len(PEOPLE)]} {THINGS[(i * 3) % len(THINGS)]} on day {i}.",
+            ts=f"2026-03-{1 + i // 12:02d}T10:{i % 60:02d}:00+00:00",
+        )
+        for i in range(n)
+    ]
+
+
+def returned(h: Hit) -> set[int]:
+    r = h.metadata.turn_range
+    return set(h.turns) if h.turns else set(range(r.start, r.end + 1))
+
+
+def search(svc: Services, conv: str, budget: int, mode: SearchMode) -> list[Hit]:
+    found = svc.search.search(
+        SearchRequest(QUERY, 0, SearchFilters((conv,)), mode, turn_budget=budget)
+    )
+    return [*found.standing, *found.hits]
+
+
+# -- pure -------------------------------------------------------------------------------------
+def test_turn_lines_locate_each_turn_and_cut_the_text_to_the_kept_ones() -> None:
+    text = (
+        "[Context: 2026-03-01, Ana, Ben]\nUser (Ana): hi\nAssistant (Ben): two\nlines\n"
+        "User (Ana): x"
+    )
+    starts = line_starts(text, ["hi", "two\nlines", "x"])
+    assert starts is not None
+    lines = TurnLines((4, 5, 6), starts, np.eye(3, dtype=np.float32))
+    assert lines.text_of(text, (5, 6)) == (
+        "[Context: 2026-03-01, Ana, Ben]\nAssistant (Ben): two\nlines\nUser (Ana): x"
+    )
+    assert (
+        lines.text_of(text, (4, 6))
+        == "[Context: 2026-03-01, Ana, Ben]\nUser (Ana): hi\nUser (Ana): x"
+    )
+    assert line_starts(text, ["hi", "not there"]) is None
+    assert line_starts(text, ["x", "hi"]) is None  # out of order
+
+
+def test_a_cell_holds_the_vectors_in_half_precision() -> None:
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(4, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    back = turn_lines.unpack(turn_lines.pack(TurnLines((1, 2, 3, 4), (10, 20, 30, 40), vectors)))
+    assert back is not None and back.turn_ids == (1, 2, 3, 4) and back.starts == (10, 20, 30, 40)
+    assert float(np.abs(back.vectors - vectors).max()) < 1e-3
+    assert turn_lines.pack(None) == "" and turn_lines.unpack("") is None
+    too_wide = TurnLines(tuple(range(90)), tuple(range(90)), np.ones((90, 384), np.float32))
+    assert turn_lines.pack(too_wide) == ""  # over Milvus's VARCHAR: stored without
+
+
+# -- the store ----------------------------------------------------------------------------------
+def test_rows_keep_their_turn_lines_when_rewritten(tmp_path: Path) -> None:
+    store = MilvusChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
+    assert store.keeps_turn_lines
+    lines = TurnLines((0, 1), (5, 12), np.eye(2, 8, dtype=np.float32))
+    chunk = dataclasses.replace(record("c1", 0, "[ctx]\nUser: a\nAssistant: b"), turn_lines=lines)
+    store.upsert([chunk])
+    cid = chunk.record.chunk_id
+    assert store.get([cid])[cid].turn_lines is None  # not read unless asked for
+    whole = store.get([cid], with_vectors=True)[cid]
+    store.set_current([whole], False)  # a row written back from what was read
+    kept = store.get([cid], with_turn_lines=True)[cid].turn_lines
+    assert kept is not None and kept.turn_ids == (0, 1) and kept.starts == (5, 12)
+    assert np.allclose(kept.vectors, lines.vectors, atol=1e-3)
+    store.close()
+
+
+def test_a_collection_without_turn_lines_keeps_working_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memsvc.storage.milvus.schema as schema
+
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
+    old = MilvusChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
+    chunk = record("c1", 0, "[ctx]\nUser: a\nAssistant: b")
+    old.upsert([dataclasses.replace(chunk, turn_lines=TurnLines((0, 1), (6, 14), np.eye(2, 8)))])
+    old.close()
+    monkeypatch.undo()
+    with capture_logs() as logs:
+        store = MilvusChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
+    assert not store.keeps_turn_lines
+    warning = next(e for e in logs if e["event"] == "collection_schema_old")
+    assert "turn budget" in warning["effect"]
+    cid = chunk.record.chunk_id
+    assert store.get([cid], with_vectors=True)[cid].turn_lines is None
+    store.close()
+
+
+# -- searches -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", [SearchMode.HYBRID, SearchMode.DENSE])
+def test_late_window_hits_return_their_turns_nearest_the_query(
+    services: Services, embedder: Embedder, mode: SearchMode
+) -> None:
+    events = chat("nw", 48)
+    services.ingest.upsert(services.ingest.build(events).chunks)
+    hits = search(services, "nw", 20, mode)
+    query = embedder.encode_queries([QUERY])[0]
+    narrowed = [h for h in hits if h.turns]
+    assert narrowed, [h.metadata.turn_range for h in hits]
+    assert all(not h.turns for h in hits[:WHOLE_FIRST])
+    for h in narrowed:
+        r = h.metadata.turn_range
+        window = list(range(r.start, r.end + 1))
+        assert 0 < len(h.turns) <= KEEP_TURNS and set(h.turns) < set(window)
+        # the kept turns' lines, under the prefix, and no other turn's
+        assert h.text.startswith("[")
+        for t in window:
+            assert (events[t].text in h.text) == (t in h.turns)
+        # kept: the turns whose own vectors are nearest the query
+        own = embedder.encode_passages([events[t].text for t in window]) @ query
+        nearest = sorted(own, reverse=True)[KEEP_TURNS - 1]
+        assert all(own[window.index(t)] >= nearest - 1e-3 for t in h.turns)
+    # a narrowed hit gives no turn given before it; the budget counts each turn once
+    given: set[int] = set()
+    for h in hits:
+        assert not h.turns or not set(h.turns) & given
+        given |= returned(h)
+    assert len(given) <= 20
+
+
+def test_no_budget_no_narrowing(services: Services) -> None:
+    services.ingest.upsert(services.ingest.build(chat("nb", 48)).chunks)
+    found = services.search.search(SearchRequest(QUERY, 30, SearchFilters(("nb",))))
+    assert found.hits and not any(h.turns for h in found.hits)
+
+
+def test_a_store_rebuilt_from_the_log_narrows_alike(tmp_path: Path, embedder: Embedder) -> None:
+    first = build_services(make_settings(tmp_path), embedder=embedder)
+    try:
+        first.ingest.upsert(first.ingest.build(chat("rb", 48)).chunks)
+        before = [(h.chunk_id, h.turns, h.text) for h in search(first, "rb", 20, SearchMode.HYBRID)]
+    finally:
+        first.close()
+    second = build_services(make_settings(tmp_path, collection="rebuilt"), embedder=embedder)
+    try:
+        assert second.control.wait_for_indexed("rb", 47, 120) is not None
+        after = [(h.chunk_id, h.turns, h.text) for h in search(second, "rb", 20, SearchMode.HYBRID)]
+    finally:
+        second.close()
+    assert any(turns for _, turns, _ in before) and after == before
+
+
+def test_an_older_collection_returns_window_hits_whole(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memsvc.storage.milvus.schema as schema
+
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
+    svc = build_services(make_settings(tmp_path), embedder=embedder)
+    try:
+        svc.ingest.upsert(svc.ingest.build(chat("old", 48)).chunks)
+        hits = search(svc, "old", 20, SearchMode.HYBRID)
+        assert hits and not any(h.turns for h in hits)
+        assert len(set().union(*(returned(h) for h in hits))) <= 20
+    finally:
+        svc.close()
+
+
+def test_a_purge_forgets_the_vectors_of_a_windows_turns(
+    services: Services,
+) -> None:
+    events = chat("pw", 8)
+    services.ingest.upsert(services.ingest.build(events).chunks)
+    key = services.embedder.identity.cache_key
+    secret = text_hash(events[3].text)
+    assert secret in services.cache.get_many(key, [secret])
+    services.deletion.delete("pw", TurnRange(3, 3), [])
+    services.deletion.purge_deleted("pw")
+    assert secret not in services.cache.get_many(key, [secret])
