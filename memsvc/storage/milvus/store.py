@@ -22,11 +22,9 @@ import structlog
 from memsvc.domain.errors import DiskFull, FailedPrecondition, StoreUnavailable
 from memsvc.domain.model_identity import ModelIdentity
 from memsvc.domain.records import Candidate, StoredChunk
-from memsvc.domain.text import epoch_ms
-from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
 from memsvc.ports import SearchScope, Span
 from memsvc.storage.milvus import expressions as ex
-from memsvc.storage.milvus import lite, schema, turn_lines
+from memsvc.storage.milvus import lite, row_codec, schema
 from memsvc.storage.milvus.schema import CURRENT_SINCE, SCALAR_FIELDS, TURN_LINES_SINCE
 
 log = structlog.get_logger(__name__)
@@ -45,82 +43,6 @@ _GRPC_OPTIONS = {
 PING_TIMEOUT_S = 2.0
 
 R = TypeVar("R")
-
-
-def _to_row(chunk: StoredChunk, with_current: bool, with_turn_lines: bool) -> dict[str, Any]:
-    r, m = chunk.record, chunk.record.metadata
-    assert chunk.vector is not None
-    row = {
-        "chunk_id": r.chunk_id,
-        "conversation_id": m.conversation_id,
-        "text": r.text,
-        "content_hash": chunk.content_hash,
-        "start_turn": m.turn_range.start,
-        "end_turn": m.turn_range.end,
-        "ts_start": m.timestamp_range.start,
-        "ts_end": m.timestamp_range.end,
-        "ts_start_ms": epoch_ms(m.timestamp_range.start, "metadata.timestamp_range.start")
-        if m.timestamp_range.start
-        else 0,
-        "ts_end_ms": epoch_ms(m.timestamp_range.end, "metadata.timestamp_range.end")
-        if m.timestamp_range.end
-        else 0,
-        "participants": list(m.participants),
-        "speakers": list(m.speakers),
-        "intent_tag": m.intent_tag,
-        "chunk_version": m.chunk_version,
-        "deleted": m.deleted,
-        "part_index": m.part_index,
-        "part_count": m.part_count,
-        "vector": np.asarray(chunk.vector, dtype=np.float32).tolist(),
-    }
-    if with_current:
-        row["current"] = chunk.current
-    if with_turn_lines:
-        row["turn_lines"] = turn_lines.pack(chunk.turn_lines)
-    return row
-
-
-def _from_row(row: dict[str, Any]) -> StoredChunk:
-    vector = row.get("vector")
-    metadata = ChunkMetadata(
-        conversation_id=row["conversation_id"],
-        turn_range=TurnRange(int(row["start_turn"]), int(row["end_turn"])),
-        timestamp_range=TimestampRange(row["ts_start"], row["ts_end"]),
-        participants=tuple(row["participants"] or ()),
-        speakers=tuple(row["speakers"] or ()),
-        intent_tag=row["intent_tag"],
-        chunk_version=int(row["chunk_version"]),
-        deleted=bool(row["deleted"]),
-        part_index=int(row["part_index"]),
-        part_count=int(row["part_count"]),
-    )
-    return StoredChunk(
-        ChunkRecord(row["chunk_id"], row["text"], metadata),
-        row["content_hash"],
-        None if vector is None else np.asarray(vector, dtype=np.float32),
-        bool(row.get("current", True)),
-        turn_lines.unpack(row.get("turn_lines")),
-    )
-
-
-# What a search returns of each candidate when it does not read whole records: the id
-# comes with every hit; pymilvus decodes each output field cell by cell in Python, which
-# was a quarter of a hybrid search's CPU (benchmarks/archive/2026-11-25.md, Speed v4), so one field.
-_CANDIDATE_FIELDS = ["content_hash"]
-
-
-def _candidates(hits: Any, whole: bool) -> list[Candidate]:
-    if whole:
-        return [
-            Candidate(c.record.chunk_id, float(h["distance"]), c, c.content_hash)
-            for h in hits
-            for c in (_from_row(h["entity"]),)
-        ]
-    return [
-        Candidate(str(cid), float(score), None, str(h["entity"]["content_hash"]))
-        for cid, score, h in zip(hits.ids, hits.distances, hits, strict=True)
-    ]
 
 
 def _disk_full(exc: BaseException) -> bool:
@@ -293,7 +215,7 @@ class MilvusChunkStore:
                 search_params={"metric_type": "IP"},
             )
             for hit in result[0]:
-                chunk = _from_row(hit["entity"])
+                chunk = row_codec.from_row(hit["entity"])
                 out[chunk.record.chunk_id] = chunk
         return out
 
@@ -330,7 +252,7 @@ class MilvusChunkStore:
                 limit=_QUERY_PAGE,
             )
             for row in rows:
-                chunk = _from_row(row)
+                chunk = row_codec.from_row(row)
                 if chunk.record.chunk_id not in seen:
                     seen.add(chunk.record.chunk_id)
                     out.append(chunk)
@@ -375,10 +297,10 @@ class MilvusChunkStore:
             anns_field="vector",
             limit=limit,
             filter=ex.scope_expr(scope, self.marks_current),
-            output_fields=self._fields if whole else _CANDIDATE_FIELDS,
+            output_fields=self._fields if whole else row_codec.CANDIDATE_FIELDS,
             search_params={"metric_type": "IP"},
         )
-        return _candidates(result[0], whole)
+        return row_codec.candidates(result[0], whole)
 
     @_store_call
     def search_keyword(
@@ -401,10 +323,10 @@ class MilvusChunkStore:
                     anns_field="sparse",
                     limit=limit,
                     filter=ex.scope_expr(scope, self.marks_current),
-                    output_fields=self._fields if whole else _CANDIDATE_FIELDS,
+                    output_fields=self._fields if whole else row_codec.CANDIDATE_FIELDS,
                     search_params={"metric_type": "BM25"},
                 )
-                return _candidates(result[0], whole)
+                return row_codec.candidates(result[0], whole)
             except MilvusException as exc:
                 # Milvus Lite 2.5.1 computes BM25 statistics over an empty collection as NaN
                 # and fails the search ("Invalid sparse row: NaN or Inf value"): nothing to
@@ -423,7 +345,7 @@ class MilvusChunkStore:
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         """Insert or replace whole rows by chunk_id; one call per batch."""
         if chunks:
-            rows = [_to_row(c, self.marks_current, self.keeps_turn_lines) for c in chunks]
+            rows = [row_codec.to_row(c, self.marks_current, self.keeps_turn_lines) for c in chunks]
             self._client.upsert(self.collection, rows)
 
     @_store_call
