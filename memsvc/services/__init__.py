@@ -7,6 +7,7 @@
   `indexing` (the worker's lease loop), `bootstrap` (start-up steps), `audit` (the store
   checked against the log), `fleet` (one projection per fleet);
 - reads: `search`, `fusion` (ranking algorithms), `selection` (which candidates are
-  returned), `recent_records` (records not read twice);
+  returned), `narrowing` (a late window hit's turns nearest the query), `recent_records`
+  (records not read twice);
 - running: `control` (pause, reindex, status, wait), `health` (log and disk),
   `embedder_watch` (whether the embedder answers)."""

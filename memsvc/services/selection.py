@@ -125,7 +125,11 @@ class HitSelector:
         unread = [cid for cid in ids if cid not in found]
         if unread:
             with stage("search", "read"):
-                fresh = self.store.get(unread, with_turn_lines=with_turn_lines)
+                fresh = (
+                    self.store.get(unread, with_turn_lines=True)
+                    if with_turn_lines
+                    else self.store.get(unread)
+                )
             self.recent.keep(fresh.values())
             found.update(fresh)
         checked = {
