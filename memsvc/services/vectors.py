@@ -8,7 +8,7 @@ before the epoch moved are forgotten again (their texts may be the purged ones).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -48,11 +48,7 @@ class ChunkVectors:
         `epoch`: the erasure epoch from before the records were checked against the log."""
         epoch = epoch if epoch is not None else self.erasure_epoch()
         inputs = self._inputs(records, errors)
-        texts = list(dict.fromkeys(t for parts in inputs.values() for t in parts))
-        vectors, fresh = _embed_cached(self.embedder, self.cache, texts)
-        if fresh and self.erasure_epoch() != epoch:
-            self.cache.forget(fresh)  # a purge ran meanwhile: these texts may be its
-        by_text = dict(zip(texts, vectors, strict=True))
+        by_text = self._embed_since(inputs.values(), epoch)
         return {cid: combine([by_text[t] for t in parts]) for cid, parts in inputs.items()}
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -94,15 +90,8 @@ class ChunkVectors:
                 )
         if not planned:
             return {}
-        # before any vector of them is cached: a purge of the turn then forgets them
-        with self.log.transaction() as tx:
-            for conv, rows in derived.items():
-                tx.record_texts(conv, sorted(rows))
-        texts = list(dict.fromkeys(t for _, _, ts in planned.values() for t in ts))
-        vectors, fresh = _embed_cached(self.embedder, self.cache, texts)
-        if fresh and self.erasure_epoch() != epoch:
-            self.cache.forget(fresh)
-        by_text = dict(zip(texts, vectors, strict=True))
+        self._record_derived(derived)
+        by_text = self._embed_since([ts for _, _, ts in planned.values()], epoch)
         return {
             cid: TurnLines(ids, starts, np.stack([by_text[t] for t in ts]))
             for cid, (ids, starts, ts) in planned.items()
@@ -159,12 +148,26 @@ class ChunkVectors:
                 derived.setdefault(conv, set()).update(
                     (text_hash(t), turn, turn) for t in texts or ()
                 )
+        self._record_derived(derived)
+        return inputs
+
+    def _record_derived(self, derived: dict[str, set[tuple[str, int, int]]]) -> None:
+        """Texts embedded from turns besides the chunks' own, recorded before any vector of
+        them is cached: a purge of the turn then forgets them."""
         if derived:
-            # before any vector of them is cached: a purge of the turn then forgets them
             with self.log.transaction() as tx:
                 for conv, rows in derived.items():
                     tx.record_texts(conv, sorted(rows))
-        return inputs
+
+    def _embed_since(self, groups: Iterable[Sequence[str]], epoch: str) -> dict[str, np.ndarray]:
+        """The vector of each text of `groups`, each embedded once through the cache. If a
+        purge ran meanwhile (the erasure epoch moved), the vectors this call cached are
+        forgotten again: their texts may be the purged ones."""
+        texts = list(dict.fromkeys(t for group in groups for t in group))
+        vectors, fresh = _embed_cached(self.embedder, self.cache, texts)
+        if fresh and self.erasure_epoch() != epoch:
+            self.cache.forget(fresh)
+        return dict(zip(texts, vectors, strict=True))
 
 
 def _turn_ids(records: Sequence[ChunkRecord]) -> set[int]:
