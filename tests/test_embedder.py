@@ -184,9 +184,12 @@ class _HeldBackend:
         self.release = threading.Event()
 
     def encode(self, batch: Batch) -> np.ndarray:
+        return self.encode_states(batch)[0]
+
+    def encode_states(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         self.entered.set()
         self.release.wait(60)
-        return self._real.encode(batch)
+        return self._real.encode_states(batch)
 
     def for_queries(self) -> ModelBackend:
         return self._real.for_queries()

@@ -1,5 +1,6 @@
 """Late window hits narrowed to the turns nearest the query, under a turn budget
-(memsvc.services.narrowing), and the turn lines the store keeps for it (schema 4)."""
+(memsvc.services.narrowing), the turn lines the store keeps for it (schema 4), and the
+turn vectors pooled from each window's forward pass (memsvc.embedding.parts)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ from memsvc.domain.types import (
     SearchRequest,
     TurnRange,
 )
-from memsvc.embedding.model import Embedder
+from memsvc.embedding.model import Embedder, bundled_model_path
+from memsvc.embedding.parts import pool_parts
+from memsvc.embedding.providers import load_embedder
 from memsvc.services.narrowing import KEEP_TURNS, WHOLE_FIRST
-from memsvc.services.vectors import line_starts
+from memsvc.services.vectors import line_starts, part_hashes
 from memsvc.storage.milvus import turn_lines
 from memsvc.storage.milvus.store import MilvusChunkStore
 from tests.conftest import make_settings, turn
@@ -61,6 +64,27 @@ def returned(h: Hit) -> set[int]:
     return set(h.turns) if h.turns else set(range(r.start, r.end + 1))
 
 
+def late_pooled(text: str, starts: tuple[int, ...]) -> np.ndarray:
+    """The reference for a window's turn vectors, apart from memsvc's code: the bundled
+    model through transformers, the mean of the last layer's states of each part's tokens."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(bundled_model_path()))
+    model = AutoModel.from_pretrained(str(bundled_model_path())).eval()
+    encoded = tokenizer(text, return_offsets_mapping=True, return_tensors="pt")
+    offsets = encoded.pop("offset_mapping")[0].tolist()
+    with torch.inference_mode():
+        states = model(**encoded).last_hidden_state[0].numpy()
+    bounds = [*starts, len(text) + 1]
+    parts = []
+    for i in range(len(starts)):
+        rows = [k for k, (a, b) in enumerate(offsets) if b > a and bounds[i] <= a < bounds[i + 1]]
+        v = states[rows].mean(axis=0)
+        parts.append(v / np.linalg.norm(v))
+    return np.stack(parts)
+
+
 def search(svc: Services, conv: str, budget: int, mode: SearchMode) -> list[Hit]:
     found = svc.search.search(
         SearchRequest(QUERY, 0, SearchFilters((conv,)), mode, turn_budget=budget)
@@ -86,6 +110,31 @@ def test_turn_lines_locate_each_turn_and_cut_the_text_to_the_kept_ones() -> None
     )
     assert line_starts(text, ["hi", "not there"]) is None
     assert line_starts(text, ["x", "hi"]) is None  # out of order
+
+
+def test_parts_are_the_mean_of_their_tokens_and_none_when_cut_off() -> None:
+    states = np.array([[9, 9], [1, 0], [3, 0], [0, 2], [7, 7]], dtype=np.float32)
+    offsets = [(0, 0), (0, 3), (4, 6), (7, 9), (0, 0)]  # [CLS] two tokens, one token [SEP]
+    parts = pool_parts(states, offsets, (0, 7))
+    assert parts is not None
+    assert np.allclose(parts, [[1, 0], [0, 1]])  # special tokens and padding left out
+    assert pool_parts(states, offsets, (0, 7, 20)) is None  # a part past the token limit
+
+
+@pytest.mark.parametrize("runtime", ["onnx", "torch"])
+def test_an_embedders_parts_match_the_reference_and_its_vector_is_unchanged(
+    tmp_path: Path, runtime: str
+) -> None:
+    embedder = load_embedder(make_settings(tmp_path, embed_backend=runtime))
+    assert isinstance(embedder, Embedder) and embedder.backend.name == runtime
+    text = (
+        "[Context: 2026-03-01, Ana, Ben]\nUser (Ana): I adopted a kitten.\nAssistant (Ben): Lovely!"
+    )
+    starts = (text.index("User"), text.index("Assistant"))
+    vectors, parts = embedder.encode_passage_parts([text, "ok"], [starts, (0,)])
+    assert float(vectors[0] @ embedder.encode_passages([text])[0]) > 0.9999
+    assert parts[0] is not None and parts[1] is not None and parts[1].shape == (1, embedder.dim)
+    assert float(np.min(np.sum(parts[0] * late_pooled(text, starts), axis=1))) > 0.999
 
 
 def test_a_cell_holds_the_vectors_in_half_precision() -> None:
@@ -158,10 +207,13 @@ def test_late_window_hits_return_their_turns_nearest_the_query(
         assert h.text.startswith("[")
         for t in window:
             assert (events[t].text in h.text) == (t in h.turns)
-        # kept: the turns whose own vectors are nearest the query
-        own = embedder.encode_passages([events[t].text for t in window]) @ query
-        nearest = sorted(own, reverse=True)[KEEP_TURNS - 1]
-        assert all(own[window.index(t)] >= nearest - 1e-3 for t in h.turns)
+        # kept: the turns whose vectors pooled from the window are nearest the query
+        whole = services.store.get([h.chunk_id])[h.chunk_id].record.text
+        starts = line_starts(whole, [events[t].text for t in window])
+        assert starts is not None
+        pooled = late_pooled(whole, starts) @ query
+        nearest = sorted(pooled, reverse=True)[KEEP_TURNS - 1]
+        assert all(pooled[window.index(t)] >= nearest - 1e-3 for t in h.turns)
     # a narrowed hit gives no turn given before it; the budget counts each turn once
     given: set[int] = set()
     for h in hits:
@@ -212,10 +264,17 @@ def test_a_purge_forgets_the_vectors_of_a_windows_turns(
     services: Services,
 ) -> None:
     events = chat("pw", 8)
-    services.ingest.upsert(services.ingest.build(events).chunks)
+    chunks = services.ingest.build(events).chunks
+    services.ingest.upsert(chunks)
     key = services.embedder.identity.cache_key
-    secret = text_hash(events[3].text)
-    assert secret in services.cache.get_many(key, [secret])
+    secrets = []
+    for c in chunks:
+        r = c.metadata.turn_range
+        if r.start <= 3 <= r.end and r.end - r.start + 1 > KEEP_TURNS:
+            stored = services.store.get([c.chunk_id], with_turn_lines=True)[c.chunk_id]
+            assert stored.turn_lines is not None
+            secrets += [text_hash(c.text), *part_hashes(c.text, stored.turn_lines.starts)]
+    assert secrets and set(services.cache.get_many(key, secrets)) == set(secrets)
     services.deletion.delete("pw", TurnRange(3, 3), [])
     services.deletion.purge_deleted("pw")
-    assert secret not in services.cache.get_many(key, [secret])
+    assert not services.cache.get_many(key, secrets)

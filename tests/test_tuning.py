@@ -44,10 +44,13 @@ class _Slowed:
         self._delay_s = delay_s
 
     def encode(self, batch: Batch) -> np.ndarray:
+        return self.encode_states(batch)[0]
+
+    def encode_states(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         time.sleep(self._delay_s)
         self._burden.encode(batch)
         self._burden.encode(batch)
-        return self._real.encode(batch)
+        return self._real.encode_states(batch)
 
     def for_queries(self) -> ModelBackend:
         return self

@@ -179,7 +179,8 @@ class IndexTotals:
 @dataclass(frozen=True)
 class TurnLines:
     """The turns of a chunk that spans several: each one's id, where its line starts in
-    the chunk's text, and its own vector (of its cleaned text). With them a search can
+    the chunk's text, and its vector (pooled from the chunk's forward pass over the
+    tokens of its line: memsvc.embedding.parts). With them a search can
     return the few turns of a late window hit that bear on the query, not all of them
     (memsvc.services.narrowing)."""
 

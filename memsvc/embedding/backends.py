@@ -1,9 +1,11 @@
 """Runtimes for the embedding model's forward pass: torch, or ONNX Runtime on the same weights.
 
 FlagEmbedding loads the model (the loader of record); a backend turns one padded batch of
-token ids into pooled, L2-normalised float32 vectors. The ONNX backend is the torch model
-exported once into the model cache (attention fused where ONNX Runtime can; pooling and
-normalisation inside the graph), and is used only if it reproduces the torch vectors on a
+token ids into pooled, L2-normalised float32 vectors, and on request the token states
+they were pooled from (parts of a text pooled on their own: memsvc.embedding.parts). The
+ONNX backend is the torch model exported once into the model cache (attention fused where
+ONNX Runtime can; pooling and normalisation inside the graph, the token states a second
+output), and is used only if it reproduces the torch vectors on a
 fixed probe set (cosine >= PARITY_MIN_COSINE). Which one runs each path is measured on the
 machine (memsvc.embedding.tuning).
 """
@@ -33,7 +35,7 @@ log = structlog.get_logger(__name__)
 BackendName = Literal["torch", "onnx"]
 PARITY_MIN_COSINE = 0.999
 # Bumped when the exported graph changes, so old exports in a cache are not reused.
-EXPORT_FORMAT = 2
+EXPORT_FORMAT = 3
 # Texts the ONNX graph must reproduce: scripts, lengths and padding the service sees.
 PARITY_PROBES = (
     "where is my passport?",
@@ -47,6 +49,8 @@ PARITY_PROBES = (
 
 # One padded batch: input_ids, attention_mask (and token_type_ids where the model has them).
 Batch = Mapping[str, np.ndarray]
+# The graph's outputs: the pooled vectors, and the last layer's token states.
+POOLED, STATES = "sentence_embedding", "token_embeddings"
 
 
 class ModelBackend(Protocol):
@@ -55,6 +59,11 @@ class ModelBackend(Protocol):
     name: BackendName
 
     def encode(self, batch: Batch) -> np.ndarray: ...
+
+    def encode_states(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """The pooled vectors and the last layer's token states (batch x tokens x dim),
+        from one forward pass."""
+        ...
 
     def for_queries(self) -> ModelBackend:
         """The backend for query embeddings: this one, or a runtime of its own."""
@@ -73,14 +82,16 @@ class TorchBackend:
         self._pooling = pooling
 
     def encode(self, batch: Batch) -> np.ndarray:
+        return self.encode_states(batch)[0]
+
+    def encode_states(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         torch = self._torch
         try:
             with torch.inference_mode():
                 inputs = {k: torch.from_numpy(np.asarray(v)) for k, v in batch.items()}
                 hidden = self._model(**inputs, return_dict=True).last_hidden_state
                 pooled = _pool_torch(torch, hidden, inputs["attention_mask"], self._pooling)
-                out: np.ndarray = pooled.numpy().astype(np.float32)
-                return out
+                return pooled.numpy().astype(np.float32), hidden.numpy().astype(np.float32)
         except Exception as exc:
             raise EmbedderError(f"embedding failed: {exc}") from exc
 
@@ -113,10 +124,18 @@ class OnnxBackend:
         self._inputs = [i.name for i in self._session.get_inputs()]
 
     def encode(self, batch: Batch) -> np.ndarray:
+        return self._run([POOLED], batch)[0]
+
+    def encode_states(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        pooled, states = self._run([POOLED, STATES], batch)
+        return pooled, states
+
+    def _run(self, outputs: list[str], batch: Batch) -> list[np.ndarray]:
+        # Only the outputs asked for leave the session: token states are copied out only
+        # when parts are pooled.
         try:
             feed = {k: np.asarray(batch[k], dtype=np.int64) for k in self._inputs}
-            out = self._session.run(None, feed)[0]
-            return np.asarray(out, dtype=np.float32)
+            return [np.asarray(o, dtype=np.float32) for o in self._session.run(outputs, feed)]
         except Exception as exc:
             raise EmbedderError(f"embedding failed: {exc}") from exc
 
@@ -271,7 +290,7 @@ def _pooled_module(model: Any, pooling: str) -> Any:
             if token_type_ids is not None:
                 inputs["token_type_ids"] = token_type_ids
             hidden = self.model(**inputs, return_dict=True).last_hidden_state
-            return _pool_torch(torch, hidden, attention_mask, pooling)
+            return _pool_torch(torch, hidden, attention_mask, pooling), hidden
 
     return Pooled().eval()
 
@@ -318,14 +337,14 @@ def _export_fused(model: Any, pooling: str, probes: Batch, path: Path) -> None:
             model.set_attn_implementation("eager")
             pooled = _pooled_module(model, pooling)
             with torch.no_grad():
-                expected = pooled(*args).numpy()
+                expected = pooled(*args)[0].numpy()
             torch.onnx.export(
                 pooled,
                 args,
                 str(traced),
                 input_names=names,
-                output_names=["sentence_embedding"],
-                dynamic_axes={k: {0: "batch", 1: "sequence"} for k in names},
+                output_names=[POOLED, STATES],
+                dynamic_axes={k: {0: "batch", 1: "sequence"} for k in [*names, STATES]},
                 opset_version=17,
                 dynamo=False,
             )
@@ -345,7 +364,7 @@ def _export_fused(model: Any, pooling: str, probes: Batch, path: Path) -> None:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    got = session.run(None, {k: np.asarray(probes[k], dtype=np.int64) for k in names})[0]
+    got = session.run([POOLED], {k: np.asarray(probes[k], dtype=np.int64) for k in names})[0]
     cosine = parity(expected, np.asarray(got, dtype=np.float32))
     if cosine < PARITY_MIN_COSINE:
         raise RuntimeError(f"the fused export does not reproduce torch: cosine {cosine:.6f}")
@@ -364,7 +383,7 @@ def _export_dynamo(model: Any, pooling: str, max_tokens: int, probes: Batch, pat
             _pooled_module(model, pooling),
             args,
             input_names=names,
-            output_names=["sentence_embedding"],
+            output_names=[POOLED, STATES],
             dynamic_shapes={k: {0: batch_dim, 1: seq_dim} for k in names},
             dynamo=True,
             verbose=False,

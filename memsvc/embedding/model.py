@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import numpy as np
@@ -24,10 +24,13 @@ from memsvc.config import Settings
 from memsvc.domain.model_identity import ModelIdentity
 from memsvc.domain.records import DEFAULT_MAX_TOKENS, ModelInfo
 from memsvc.embedding.backends import Batch, ModelBackend, model_files_key
+from memsvc.embedding.parts import pool_parts
 from memsvc.embedding.tuning import Runtimes, Tuning, select_runtimes, usable_cores
 from memsvc.observability import metrics
 
 log = structlog.get_logger(__name__)
+
+_Out = TypeVar("_Out")
 
 BUNDLED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 # Query instructions of models known to want one (FlagEmbedding's own table for BGE).
@@ -189,11 +192,34 @@ class Embedder:
         memsvc_embedded_texts_total and memsvc_embed_duration_seconds."""
         return self._passages(texts, metered=False)
 
-    def _passages(self, texts: Sequence[str], metered: bool) -> np.ndarray:
+    def encode_passage_parts(
+        self, texts: Sequence[str], starts: Sequence[Sequence[int]]
+    ) -> tuple[np.ndarray, list[np.ndarray | None]]:
+        """Each text's vector, as `encode_passages` gives it, and its parts' vectors (part
+        i from character starts[i] to the next start) pooled from the same forward pass
+        (memsvc.embedding.parts); None for a text whose parts cannot be pooled."""
+        if not self._tokenizer.is_fast:  # no character offsets: no parts
+            return self._passages(texts, metered=True), [None] * len(texts)
+        parts: list[np.ndarray | None] = [None] * len(texts)
+        return self._passages(texts, metered=True, parts=(starts, parts)), parts
+
+    def _passages(
+        self,
+        texts: Sequence[str],
+        metered: bool,
+        parts: tuple[Sequence[Sequence[int]], list[np.ndarray | None]] | None = None,
+    ) -> np.ndarray:
+        """`parts`: each text's part starts, and the list to fill with its parts' vectors."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         # Tokenise once; sort by length so each batch pads little, as FlagEmbedding does.
-        encoded = self._tokenizer(list(texts), truncation=True, max_length=self.info.max_tokens)
+        encoded = self._tokenizer(
+            list(texts),
+            truncation=True,
+            max_length=self.info.max_tokens,
+            return_offsets_mapping=parts is not None,
+        )
+        offsets = encoded.pop("offset_mapping", None)
         order = sorted(range(len(texts)), key=lambda i: -len(encoded["input_ids"][i]))
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         lengths = [len(encoded["input_ids"][i]) for i in order]
@@ -201,10 +227,15 @@ class Embedder:
             started = time.perf_counter()
             for start, end in passage_batches(lengths, self.batch_size, self.batch_tokens):
                 idx = order[start:end]
-                batch = {key: [encoded[key][i] for i in idx] for key in encoded}
-                out[idx] = self._forward(
-                    self.backend.encode, self._tokenizer.pad(batch, return_tensors="np")
+                batch = self._tokenizer.pad(
+                    {key: [encoded[key][i] for i in idx] for key in encoded}, return_tensors="np"
                 )
+                if parts is None or offsets is None:
+                    out[idx] = self._forward(self.backend.encode, batch)
+                    continue
+                out[idx], states = self._forward(self.backend.encode_states, batch)
+                for row, i in enumerate(idx):
+                    parts[1][i] = pool_parts(states[row], offsets[i], parts[0][i])
             if metered:
                 metrics.EMBED_DURATION.labels("passage").observe(time.perf_counter() - started)
         if metered:
@@ -228,7 +259,7 @@ class Embedder:
         metrics.EMBEDDED_TEXTS.labels("query").inc(len(texts))
         return vectors
 
-    def _forward(self, encode: Callable[[Batch], np.ndarray], batch: Batch) -> np.ndarray:
+    def _forward(self, encode: Callable[[Batch], _Out], batch: Batch) -> _Out:
         """One forward pass, counted in memsvc_embed_requests_total{provider="local"}."""
         try:
             vectors = encode(batch)

@@ -11,7 +11,7 @@ that object never open a transaction of their own. The index queue's own operati
 (lease, complete, ...) each run in one transaction inside the queue.
 """
 
-from memsvc.ports.embedding import Embedder, EmbeddingCache, QueryEncoder
+from memsvc.ports.embedding import Embedder, EmbeddingCache, PartPooling, QueryEncoder
 from memsvc.ports.log import EventLog, LogReader, LogWriter, Span
 from memsvc.ports.store import ChunkStore, SearchScope, StoreSupervisor
 from memsvc.ports.work import IndexQueue, Notifier, WriterLocks
@@ -25,6 +25,7 @@ __all__ = [
     "LogReader",
     "LogWriter",
     "Notifier",
+    "PartPooling",
     "QueryEncoder",
     "SearchScope",
     "Span",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -48,6 +48,20 @@ class Embedder(Protocol):
         ...
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+@runtime_checkable
+class PartPooling(Protocol):
+    """An embedder that also pools parts of a text from the forward pass that embeds it
+    (memsvc.embedding.parts): a model in this process. A remote server returns pooled
+    vectors only."""
+
+    def encode_passage_parts(
+        self, texts: Sequence[str], starts: Sequence[Sequence[int]]
+    ) -> tuple[np.ndarray, list[np.ndarray | None]]:
+        """Each text's vector and its parts' vectors (part i from character starts[i] to
+        the next start); None for a text whose parts cannot be pooled."""
+        ...
 
 
 class QueryEncoder(Protocol):

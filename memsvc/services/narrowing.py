@@ -4,11 +4,14 @@ Short chat turns are searched in windows of a few turns: a window carries the co
 single line lacks. Within a turn budget, though, a window costs all its turns, and the
 evidence of a multi-hop question is spread over many windows that the budget cannot hold
 whole. So, under a turn budget, the first hits are returned whole, and each later hit of
-several turns gives only its `keep` turns nearest the query (by each turn's own vector,
-kept in the store beside the window's; memsvc.domain.records.TurnLines). On LoCoMo dev,
-within 20 turns (benchmarks/archive/2026-11-27.md): recall 0.792 -> 0.806, multi-hop
-0.487 -> 0.548, open-domain 0.504 -> 0.464 (its evidence needs the window's context, which
-the first hits keep). A long turn is a unit of its own and is never narrowed.
+several turns gives only its `keep` turns nearest the query, by a vector per turn kept
+in the store beside the window's (memsvc.domain.records.TurnLines): the window's token
+states pooled over the turn's line, from the forward pass that embeds the window
+(memsvc.embedding.parts), so it costs no model run and keeps the window's context. On
+LoCoMo dev, within 20 turns (benchmarks/archive/2026-11-27.md): recall 0.792 -> 0.816,
+multi-hop 0.487 -> 0.561, open-domain 0.504 -> 0.491 (its evidence needs the window's
+context, which the first hits keep whole). A long turn is a unit of its own and is never
+narrowed. An embedder that cannot pool parts (a remote server) keeps every hit whole.
 """
 
 from __future__ import annotations

@@ -75,15 +75,13 @@ class RecordWrites:
         with stage("write", "tokens"):
             need = self._drop_too_long(need, errors)
         with stage("write", "embed"):
+            # Turn lines first: their forward pass caches the windows' vectors for `of`.
+            lines: dict[str, TurnLines] = {}
+            if self.store.keeps_turn_lines:
+                lines = self.vectors.turn_lines(need, epoch)
             vectors = self.vectors.of(need, errors, epoch)
         refused = {e.chunk_id for e in errors[checked:]}
         authored = [r for r in authored if r.chunk_id not in refused]
-        lines: dict[str, TurnLines] = {}
-        if self.store.keeps_turn_lines:
-            with stage("write", "embed"):
-                lines = self.vectors.turn_lines(
-                    [r for r in need if r.chunk_id not in refused], epoch
-                )
         counts = _Counts()
         by_conv: dict[str, list[ChunkRecord]] = {}
         for r in authored:
@@ -183,12 +181,12 @@ class RecordWrites:
             live = replace(r, metadata=replace(r.metadata, deleted=False))
             vector = vectors.get(r.chunk_id)
             if vector is None:  # stored before, changed by a concurrent write: embed it now
+                if self.store.keeps_turn_lines:
+                    lines.update(self.vectors.turn_lines([r]))
                 vector = self.vectors.of([r], errors).get(r.chunk_id)
                 if vector is None:  # its turn changed meanwhile: the next build renders it
                     stale.add(r.chunk_id)
                     continue
-                if self.store.keeps_turn_lines:
-                    lines.update(self.vectors.turn_lines([r]))
             writes.append(
                 StoredChunk(live, content_hash(live), vector, current, lines.get(r.chunk_id))
             )

@@ -18,7 +18,7 @@ from memsvc.domain.records import EventRow, TurnLines
 from memsvc.domain.types import REASON_MISMATCH, ChunkRecord, RecordError
 from memsvc.domain.vectors import combine, vector_texts
 from memsvc.observability import metrics
-from memsvc.ports import Embedder, EmbeddingCache, EventLog
+from memsvc.ports import Embedder, EmbeddingCache, EventLog, PartPooling
 from memsvc.services.narrowing import KEEP_TURNS
 
 # Log meta key: advanced by every purge in its own transaction.
@@ -59,10 +59,13 @@ class ChunkVectors:
     ) -> dict[str, TurnLines]:
         """The turn lines of each record that spans more turns than a narrowed hit keeps
         (memsvc.services.narrowing): its live turns' cleaned texts from the log, found in
-        order in the record's text, each embedded once (through the cache; overlapping
-        windows share turns). A record whose turns are not all found in its text (edited
-        since it was built) gets none: it is returned whole until its next build writes it
-        again."""
+        order in the record's text, each turn's vector pooled from the forward pass that
+        embeds the record (memsvc.embedding.parts; cached with the record's vector, which
+        `of` then finds in the cache). A record whose turns are not all found in its text
+        (edited since it was built), or whose embedder cannot pool parts (a remote server),
+        gets none: it is returned whole."""
+        if not isinstance(self.embedder, PartPooling):
+            return {}
         epoch = epoch if epoch is not None else self.erasure_epoch()
         multi: dict[str, list[ChunkRecord]] = {}
         for r in records:
@@ -73,7 +76,7 @@ class ChunkVectors:
             return {}
         with self.log.snapshot() as view:
             events = {conv: view.events(conv, _turn_ids(rs)) for conv, rs in multi.items()}
-        planned: dict[str, tuple[tuple[int, ...], tuple[int, ...], list[str]]] = {}
+        planned: dict[str, tuple[tuple[int, ...], tuple[int, ...], str]] = {}
         derived: dict[str, set[tuple[str, int, int]]] = {}
         for conv, rs in multi.items():
             for r in rs:
@@ -83,18 +86,19 @@ class ChunkVectors:
                 starts = line_starts(r.text, [e.clean_text for e in turns])
                 if len(turns) <= KEEP_TURNS or starts is None:
                     continue
-                texts = [e.clean_text for e in turns]
-                planned[r.chunk_id] = (tuple(e.turn_id for e in turns), starts, texts)
+                planned[r.chunk_id] = (tuple(e.turn_id for e in turns), starts, r.text)
+                first, last = r.metadata.turn_range.start, r.metadata.turn_range.end
                 derived.setdefault(conv, set()).update(
-                    (text_hash(t), e.turn_id, e.turn_id) for t, e in zip(texts, turns, strict=True)
+                    (h, first, last) for h in part_hashes(r.text, starts)
                 )
         if not planned:
             return {}
         self._record_derived(derived)
-        by_text = self._embed_since([ts for _, _, ts in planned.values()], epoch)
+        pooled = self._parts_since(self.embedder, [(t, s) for _, s, t in planned.values()], epoch)
         return {
-            cid: TurnLines(ids, starts, np.stack([by_text[t] for t in ts]))
-            for cid, (ids, starts, ts) in planned.items()
+            cid: TurnLines(ids, starts, parts)
+            for (cid, (ids, starts, _)), parts in zip(planned.items(), pooled, strict=True)
+            if parts is not None
         }
 
     def _inputs(
@@ -159,6 +163,32 @@ class ChunkVectors:
                 for conv, rows in derived.items():
                     tx.record_texts(conv, sorted(rows))
 
+    def _parts_since(
+        self, pooling: PartPooling, windows: Sequence[tuple[str, tuple[int, ...]]], epoch: str
+    ) -> list[np.ndarray | None]:
+        """The parts' vectors of each (text, part starts), from the cache or from one forward
+        pass of the text, whose vector is cached too. The purge fence of `_embed_since`."""
+        key = self.embedder.identity.cache_key
+        keys = [part_hashes(text, starts) for text, starts in windows]
+        cached = self.cache.get_many(key, [h for hs in keys for h in hs])
+        missing = [i for i, hs in enumerate(keys) if any(h not in cached for h in hs)]
+        fresh: dict[str, np.ndarray] = {}
+        if missing:
+            texts = [windows[i][0] for i in missing]
+            vectors, parts = pooling.encode_passage_parts(texts, [windows[i][1] for i in missing])
+            fresh.update(zip((text_hash(t) for t in texts), vectors, strict=True))
+            for i, got in zip(missing, parts, strict=True):
+                if got is not None:
+                    fresh.update(zip(keys[i], got, strict=True))
+            self.cache.put_many(key, fresh)
+            cached.update(fresh)
+            if self.erasure_epoch() != epoch:
+                self.cache.forget(list(fresh))
+        return [
+            np.stack([cached[h] for h in hs]) if all(h in cached for h in hs) else None
+            for hs in keys
+        ]
+
     def _embed_since(self, groups: Iterable[Sequence[str]], epoch: str) -> dict[str, np.ndarray]:
         """The vector of each text of `groups`, each embedded once through the cache. If a
         purge ran meanwhile (the erasure epoch moved), the vectors this call cached are
@@ -168,6 +198,13 @@ class ChunkVectors:
         if fresh and self.erasure_epoch() != epoch:
             self.cache.forget(fresh)
         return dict(zip(texts, vectors, strict=True))
+
+
+def part_hashes(text: str, starts: Sequence[int]) -> list[str]:
+    """The embedding cache's keys of a text's parts' vectors (recorded for purge with the
+    turns of the text, like any text derived from them)."""
+    layout = ",".join(map(str, starts))
+    return [text_hash(f"\x00part {i} of {layout}\x00{text}") for i in range(len(starts))]
 
 
 def _turn_ids(records: Sequence[ChunkRecord]) -> set[int]:

@@ -22,6 +22,9 @@ class FailingBackend:
     def encode(self, batch: Batch) -> np.ndarray:
         raise EmbedderError(f"embedding failed: {self.cause}")
 
+    def encode_states(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        raise EmbedderError(f"embedding failed: {self.cause}")
+
     def for_queries(self) -> FailingBackend:
         return self
 
