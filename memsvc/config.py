@@ -141,8 +141,9 @@ class Settings(BaseSettings):
     search_recent_records: int = Field(
         10_000,
         ge=0,
-        description="records of recent hybrid hits kept in memory (~3 KiB each) so a search"
-        " returning them again need not read them from the store; 0 reads every time",
+        description="records of recent hybrid hits kept in memory (~3 KiB each, ~6 KiB with"
+        " turn lines) so a search returning them again need not read them from the store;"
+        " 0 reads every time",
     )
     grpc_workers: int = Field(32, ge=8, le=256, description="server threads")
     max_embedding_calls: int = Field(

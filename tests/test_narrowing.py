@@ -25,6 +25,7 @@ from memsvc.domain.types import (
 from memsvc.embedding.model import Embedder, bundled_model_path
 from memsvc.embedding.parts import pool_parts
 from memsvc.embedding.providers import load_embedder
+from memsvc.observability.metrics import REGISTRY
 from memsvc.services.narrowing import KEEP_TURNS, WHOLE_FIRST
 from memsvc.services.vectors import line_starts, part_hashes
 from memsvc.storage.milvus import turn_lines
@@ -226,6 +227,30 @@ def test_no_budget_no_narrowing(services: Services) -> None:
     services.ingest.upsert(services.ingest.build(chat("nb", 48)).chunks)
     found = services.search.search(SearchRequest(QUERY, 30, SearchFilters(("nb",))))
     assert found.hits and not any(h.turns for h in found.hits)
+
+
+def test_repeated_budgeted_searches_narrow_from_recent_records(services: Services) -> None:
+    # Regression: narrowing read every hit again (recent records were bypassed), ~1.3x
+    # the p50 of a budgeted search. Records kept without turn lines are read again.
+    services.ingest.upsert(services.ingest.build(chat("rc", 48)).chunks)
+    services.search.search(SearchRequest(QUERY, 30, SearchFilters(("rc",))))  # kept, no lines
+
+    def shown() -> list[tuple[str, tuple[int, ...], str]]:
+        hits = search(services, "rc", 20, SearchMode.HYBRID)
+        return [(h.chunk_id, h.turns, h.text) for h in hits]
+
+    def reads() -> float:  # the search's record reads from the store
+        found = REGISTRY.get_sample_value(
+            "memsvc_stage_duration_seconds_count", {"operation": "search", "stage": "read"}
+        )
+        return found or 0.0
+
+    before = reads()
+    first = shown()
+    assert any(turns for _, turns, _ in first) and reads() > before
+    before = reads()
+    assert shown() == first
+    assert reads() == before
 
 
 def test_a_store_rebuilt_from_the_log_narrows_alike(tmp_path: Path, embedder: Embedder) -> None:

@@ -88,7 +88,7 @@ class HitSelector:
                 ranked[:start], top_k, records, live, judged, coverage, narrowing
             )
             if unread:
-                records.update(self._read(unread, hashes, live, audit, narrowing is not None))
+                records.update(self._read(unread, hashes, live, audit, narrowing))
                 judged.update(unread)
                 done = set(unread)
                 live = {cid: v for cid, v in live.items() if cid not in done}
@@ -112,22 +112,20 @@ class HitSelector:
         hashes: Mapping[str, str],
         live: Mapping[str, tuple[str, Span]],
         audit: bool,
-        with_turn_lines: bool = False,
+        narrowing: Narrowing | None = None,
     ) -> dict[str, StoredChunk]:
         """The records of `ids` the log holds live. One with the content the log was just
-        asked about needs no second look; any other is verified. Records kept from recent
-        reads may lack their turn lines: `with_turn_lines` reads every record."""
-        found = (
-            {}
-            if with_turn_lines
-            else self.recent.take([(cid, hashes[cid]) for cid in ids if cid in hashes])
-        )
+        asked about needs no second look; any other is verified. A record kept from a
+        recent read without its turn lines is read again when narrowing needs them."""
+        found = self.recent.take([(cid, hashes[cid]) for cid in ids if cid in hashes])
+        if narrowing is not None:
+            found = {cid: s for cid, s in found.items() if not narrowing.reads_lines(s)}
         unread = [cid for cid in ids if cid not in found]
         if unread:
             with stage("search", "read"):
                 fresh = (
                     self.store.get(unread, with_turn_lines=True)
-                    if with_turn_lines
+                    if narrowing is not None
                     else self.store.get(unread)
                 )
             self.recent.keep(fresh.values())

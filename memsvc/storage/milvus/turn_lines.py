@@ -38,5 +38,7 @@ def unpack(cell: str | None) -> TurnLines | None:
         return None
     found = json.loads(cell)
     half = np.frombuffer(base64.b64decode(found["v"]), dtype="<f2")
-    vectors = half.astype(np.float32).reshape(len(found["t"]), int(found["d"]))
+    # Left in half precision: a record read with its lines may stay in memory (recent
+    # records); the cosine against a float32 query is computed in float32.
+    vectors = half.reshape(len(found["t"]), int(found["d"]))
     return TurnLines(tuple(found["t"]), tuple(found["s"]), vectors)
