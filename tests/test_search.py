@@ -209,9 +209,11 @@ def test_single_list_search_reads_whole_records_in_the_search(
     reads: list[list[str]] = []
     real_get = services.store.get
 
-    def counting_get(chunk_ids: list[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
+    def counting_get(
+        chunk_ids: list[str], with_vectors: bool = False, with_turn_lines: bool = False
+    ) -> dict[str, StoredChunk]:
         reads.append(list(chunk_ids))
-        return real_get(chunk_ids, with_vectors)
+        return real_get(chunk_ids, with_vectors, with_turn_lines)
 
     monkeypatch.setattr(services.store, "get", counting_get)
     hits = services.search.search(SearchRequest("golden retriever", 6, mode=mode)).hits
@@ -224,9 +226,11 @@ def counted_reads(services: Services, monkeypatch: pytest.MonkeyPatch) -> list[l
     reads: list[list[str]] = []
     real_get = services.store.get
 
-    def counting_get(chunk_ids: list[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
+    def counting_get(
+        chunk_ids: list[str], with_vectors: bool = False, with_turn_lines: bool = False
+    ) -> dict[str, StoredChunk]:
         reads.append(list(chunk_ids))
-        return real_get(chunk_ids, with_vectors)
+        return real_get(chunk_ids, with_vectors, with_turn_lines)
 
     monkeypatch.setattr(services.store, "get", counting_get)
     return reads
@@ -236,12 +240,16 @@ def stored_records(services: Services, conv: str) -> dict[str, ChunkRecord]:
     return {c.record.chunk_id: c.record for c in services.store.chunks_of(conv, deleted=None)}
 
 
+@pytest.mark.parametrize("turn_budget", [0, 20])
 def test_hybrid_hits_returned_recently_are_not_read_again(
-    services: Services, monkeypatch: pytest.MonkeyPatch
+    services: Services, monkeypatch: pytest.MonkeyPatch, turn_budget: int
 ) -> None:
+    """Also under a turn budget, where late window hits are narrowed by their turn lines:
+    with an embedder that writes none (a remote one), a record kept without them is not
+    read again for lines it never has."""
     services.ingest.upsert(services.ingest.build(conversation("again", EN_TURNS)).chunks)
     reads = counted_reads(services, monkeypatch)
-    request = SearchRequest("golden retriever hiking", 3)
+    request = SearchRequest("golden retriever hiking", 3, turn_budget=turn_budget)
     first = services.search.search(request).hits
     assert first and reads and {h.chunk_id for h in first} <= {c for r in reads for c in r}
     reads.clear()

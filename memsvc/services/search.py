@@ -44,7 +44,7 @@ from memsvc.domain.types import (
     SearchResult,
 )
 from memsvc.observability.metrics import stage
-from memsvc.ports import ChunkStore, Embedder, EventLog, QueryEncoder, SearchScope
+from memsvc.ports import ChunkStore, Embedder, EventLog, PartPooling, QueryEncoder, SearchScope
 from memsvc.services.fusion import dedup_text, mmr_select, rrf_fuse, score_fuse
 from memsvc.services.narrowing import Narrowing
 from memsvc.services.recent_records import RecentRecords
@@ -94,6 +94,9 @@ class SearchService:
         self.queries = queries
         self.recent = recent
         self.selector = HitSelector(store, log, recent)
+        # Turn lines are written only by an embedder that pools parts: with any other,
+        # a window has none, and asking for them would only read it again on each search.
+        self._pools_parts = isinstance(embedder, PartPooling)
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="keyword")
 
     def close(self) -> None:
@@ -231,7 +234,7 @@ class SearchService:
             # The deleted flag is not in the hash: an audit reads what is stored now.
             hashes = {} if audit else {c.chunk_id: c.content_hash for c in candidates}
             narrowing = None
-            if req.turn_budget and vector is not None and self.store.keeps_turn_lines:
+            if req.turn_budget and vector is not None and self._narrows():
                 narrowing = Narrowing(vector)
             top, records, narrowed = self.selector.top(
                 ranked, top_k, known, audit, hashes, coverage, narrowing
@@ -244,6 +247,12 @@ class SearchService:
             hits = _explained(hits, req.query_text, dense, keyword)
             standing_hits = _explained(standing_hits, req.query_text, rules, [])
         return SearchResult(mode, top_k, hits, standing_hits)
+
+    def _narrows(self) -> bool:
+        """Whether late window hits under a turn budget give their nearest turns
+        (memsvc.services.narrowing): only where the store keeps turn lines and the
+        embedder writes them."""
+        return self._pools_parts and self.store.keeps_turn_lines
 
     def _dense(
         self,
