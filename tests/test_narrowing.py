@@ -31,6 +31,7 @@ from memsvc.services.vectors import line_starts, part_hashes
 from memsvc.storage.milvus import turn_lines
 from memsvc.storage.milvus.store import MilvusChunkStore
 from tests.conftest import make_settings, turn
+from tests.test_search import counted_reads
 from tests.test_store import ident, record
 
 PEOPLE = ["Ana", "Ben", "Caro", "Dev", "Eli"]
@@ -229,28 +230,31 @@ def test_no_budget_no_narrowing(services: Services) -> None:
     assert found.hits and not any(h.turns for h in found.hits)
 
 
-def test_repeated_budgeted_searches_narrow_from_recent_records(services: Services) -> None:
+def test_repeated_budgeted_searches_narrow_from_recent_records(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Regression: narrowing read every hit again (recent records were bypassed), ~1.3x
-    # the p50 of a budgeted search. Records kept without turn lines are read again.
+    # the p50 of a budgeted search. Records kept without turn lines are read again, and
+    # the recent records count them as misses, not hits.
     services.ingest.upsert(services.ingest.build(chat("rc", 48)).chunks)
     services.search.search(SearchRequest(QUERY, 30, SearchFilters(("rc",))))  # kept, no lines
+    reads = counted_reads(services, monkeypatch)
 
     def shown() -> list[tuple[str, tuple[int, ...], str]]:
         hits = search(services, "rc", 20, SearchMode.HYBRID)
         return [(h.chunk_id, h.turns, h.text) for h in hits]
 
-    def reads() -> float:  # the search's record reads from the store
-        found = REGISTRY.get_sample_value(
-            "memsvc_stage_duration_seconds_count", {"operation": "search", "stage": "read"}
-        )
+    def misses() -> float:
+        found = REGISTRY.get_sample_value("memsvc_search_record_lookups_total", {"result": "miss"})
         return found or 0.0
 
-    before = reads()
+    before = misses()
     first = shown()
-    assert any(turns for _, turns, _ in first) and reads() > before
-    before = reads()
+    assert any(turns for _, turns, _ in first) and reads
+    assert misses() - before == sum(len(r) for r in reads)
+    reads.clear()
     assert shown() == first
-    assert reads() == before
+    assert reads == []
 
 
 def test_a_store_rebuilt_from_the_log_narrows_alike(tmp_path: Path, embedder: Embedder) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from memsvc.domain.records import StoredChunk
 from memsvc.observability import metrics
@@ -28,15 +28,26 @@ class RecentRecords:
         self._records: OrderedDict[str, StoredChunk] = OrderedDict()
         self._lock = threading.Lock()
 
-    def take(self, wanted: Sequence[tuple[str, str]]) -> dict[str, StoredChunk]:
-        """The kept records among (chunk id, content hash) pairs, where the hash matches."""
+    def take(
+        self,
+        wanted: Sequence[tuple[str, str]],
+        usable: Callable[[StoredChunk], bool] | None = None,
+    ) -> dict[str, StoredChunk]:
+        """The kept records among (chunk id, content hash) pairs, where the hash matches
+        and the record is `usable` (one kept without turn lines a search needs is not):
+        any other is a miss, to be read."""
         if not self.capacity or not wanted:
             return {}
         found: dict[str, StoredChunk] = {}
         with self._lock:
             for chunk_id, content_hash in wanted:
                 kept = self._records.get(chunk_id)
-                if kept is not None and content_hash and kept.content_hash == content_hash:
+                if (
+                    kept is not None
+                    and content_hash
+                    and kept.content_hash == content_hash
+                    and (usable is None or usable(kept))
+                ):
                     self._records.move_to_end(chunk_id)
                     found[chunk_id] = kept
         metrics.SEARCH_RECORD_LOOKUPS.labels("hit").inc(len(found))

@@ -117,9 +117,9 @@ class HitSelector:
         """The records of `ids` the log holds live. One with the content the log was just
         asked about needs no second look; any other is verified. A record kept from a
         recent read without its turn lines is read again when narrowing needs them."""
-        found = self.recent.take([(cid, hashes[cid]) for cid in ids if cid in hashes])
-        if narrowing is not None:
-            found = {cid: s for cid, s in found.items() if not narrowing.reads_lines(s)}
+        wanted = [(cid, hashes[cid]) for cid in ids if cid in hashes]
+        usable = None if narrowing is None else lambda s: not narrowing.reads_lines(s)
+        found = self.recent.take(wanted, usable)
         unread = [cid for cid in ids if cid not in found]
         if unread:
             with stage("search", "read"):
