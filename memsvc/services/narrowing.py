@@ -36,13 +36,17 @@ class Narrowing:
 
     def applies(self, picked: int, first: int, last: int) -> bool:
         """A hit picked after `picked` others, spanning turns first..last, is narrowed."""
-        return picked >= self.whole_first and last - first + 1 > self.keep
+        return picked >= self.whole_first and self._wider(first, last)
 
     def reads_lines(self, stored: StoredChunk) -> bool:
         """Whether `stored` lacks turn lines it may have: a record kept from a read
         without them (memsvc.services.recent_records) must be read again to be narrowed."""
         span = stored.record.metadata.turn_range
-        return stored.turn_lines is None and span.end - span.start + 1 > self.keep
+        return stored.turn_lines is None and self._wider(span.start, span.end)
+
+    def _wider(self, first: int, last: int) -> bool:
+        """Whether turns first..last are more than a narrowed hit keeps."""
+        return last - first + 1 > self.keep
 
     def turns(self, stored: StoredChunk) -> tuple[int, ...] | None:
         """The hit's turns to return, in turn order; None: all (its store row has no
