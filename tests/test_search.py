@@ -206,16 +206,7 @@ def test_single_list_search_reads_whole_records_in_the_search(
     built = services.ingest.build(conversation("whole", EN_TURNS))
     services.ingest.upsert(built.chunks)
     stored = {c.record.chunk_id: c.record for c in services.store.chunks_of(None, deleted=None)}
-    reads: list[list[str]] = []
-    real_get = services.store.get
-
-    def counting_get(
-        chunk_ids: list[str], with_vectors: bool = False, with_turn_lines: bool = False
-    ) -> dict[str, StoredChunk]:
-        reads.append(list(chunk_ids))
-        return real_get(chunk_ids, with_vectors, with_turn_lines)
-
-    monkeypatch.setattr(services.store, "get", counting_get)
+    reads = counted_reads(services, monkeypatch)
     hits = services.search.search(SearchRequest("golden retriever", 6, mode=mode)).hits
     assert hits and reads == []
     for h in hits:
