@@ -49,6 +49,7 @@ from memsvc.domain.hashing import content_hash, text_hash
 from memsvc.domain.ids import chunk_id
 from memsvc.domain.model_identity import ModelIdentity
 from memsvc.domain.records import LayoutRow, StoredChunk
+from memsvc.domain.standing import INSTRUCTION_TAG
 from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, bundled_model_path
 from memsvc.embedding.providers import load_embedder
@@ -219,6 +220,7 @@ def populate(tmp_root: Path, data: Path, serialized: list[bytes], rows: int) -> 
                 *(rec.chunk_id, conv, 1, 2 * k, 2 * k + 3, "", text_hash(rec.text)),
                 indexed=True,
                 content_hash=content_hash(rec),
+                standing=meta.intent_tag == INSTRUCTION_TAG,
             )
         )
         if len(batch) == 2000:

@@ -9,6 +9,7 @@ import pytest
 
 from memsvc.app import Services
 from memsvc.domain.errors import InvalidArgument
+from memsvc.domain.records import LayoutRow
 from memsvc.domain.types import (
     ChunkRecord,
     MemoryEvent,
@@ -354,6 +355,34 @@ def test_export_reads_only_the_newest_events_when_asked(services: Services) -> N
     with pytest.raises(InvalidArgument) as refused:
         svc.ingest.export_events("tail", 0, "", last=-1)
     assert refused.value.field == "last"
+
+
+def test_layout_rows_of_the_previous_schema_may_be_standing_instructions(
+    tmp_path: Path,
+) -> None:
+    """Layout rows written before they marked standing instructions (schema 3) count as
+    possible ones, so searches of their conversations keep asking the store for rules;
+    rows written since say what they are."""
+    from memsvc.storage.sqlite import LOG_FILE, open_log
+    from memsvc.storage.sqlite.database import SqliteDatabase
+    from memsvc.storage.sqlite.schema import LOG_MIGRATIONS, migrate
+
+    old = SqliteDatabase(tmp_path / LOG_FILE)
+    with old.transaction() as sql:
+        assert migrate(sql, LOG_MIGRATIONS[:3], "old log") == 3
+        sql.run(
+            "INSERT INTO layout (chunk_id, conversation_id, chunk_version, start_turn,"
+            " end_turn, source_hash, text_hash) VALUES ('c-old', 'old', 1, 0, 1, 's', 't')"
+        )
+    log, _, _ = open_log(tmp_path)
+    with log.transaction() as tx:
+        tx.put_layout([LayoutRow("c-new", "new", 1, 0, 1, "s", "t", standing=False)])
+    with log.snapshot() as r:
+        assert r.layout_rows(["c-old"])["c-old"].standing
+        assert not r.layout_rows(["c-new"])["c-new"].standing
+        assert r.may_hold_standing(["old"]) and r.may_hold_standing(["old", "new"])
+        assert not r.may_hold_standing(["new"]) and not r.may_hold_standing(["absent"])
+        assert r.may_hold_standing()
 
 
 def test_a_log_of_the_previous_schema_gains_payloads(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from memsvc.app import Services
 from memsvc.domain.chunking import ChunkPolicy, StoredTurn, plan_windows
 from memsvc.domain.errors import InvalidArgument
 from memsvc.domain.oversize import truncate
+from memsvc.domain.records import Candidate
 from memsvc.domain.standing import INSTRUCTION_TAG, is_standing
 from memsvc.domain.types import (
     REASON_MISMATCH,
@@ -24,6 +25,7 @@ from memsvc.domain.types import (
 )
 from memsvc.domain.vectors import combine, gist
 from memsvc.embedding.model import Embedder
+from memsvc.ports import SearchScope
 from tests.conftest import conversation, turn
 
 FILLER = (
@@ -268,6 +270,49 @@ def test_standing_instructions_come_beside_the_hits(services: Services) -> None:
         SearchRequest("weather on the hiking trip", 6, SearchFilters(("st",)))
     )
     assert all(h.score >= 0.25 for h in unrelated.standing)
+
+
+def test_a_search_asks_the_store_for_rules_only_where_the_log_holds_some(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The standing list is a second store search: a search of conversations whose layout
+    holds no standing instruction makes one, and a rule written later is found at once."""
+    rule = "Always include version numbers when I ask about software dependencies or libraries."
+    chat = [f"Let's talk about day {i} of the hiking trip and the weather." for i in range(8)]
+    for conv, texts in (("rules", [rule, "Noted, I will.", *chat]), ("plain", chat)):
+        services.ingest.upsert(services.ingest.build(conversation(conv, texts)).chunks)
+    store = services.search.store
+    searched: list[str] = []
+    search_dense = store.search_dense
+
+    def counted(vector: np.ndarray, scope: SearchScope, *args: object) -> list[Candidate]:
+        searched.append(scope.filters.intent_tag or "all")
+        return search_dense(vector, scope, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "search_dense", counted)
+    query = "Which libraries does my project depend on?"
+
+    def stores_searched(request: SearchRequest) -> tuple[list[str], list[str]]:
+        searched.clear()
+        found = services.search.search(request)
+        return sorted(searched), [h.text for h in found.standing]
+
+    for mode in (SearchMode.DENSE, SearchMode.HYBRID):
+        assert stores_searched(SearchRequest(query, 6, SearchFilters(("plain",)), mode)) == (
+            ["all"],
+            [],
+        )
+        searches, standing = stores_searched(
+            SearchRequest(query, 6, SearchFilters(("plain", "rules")), mode)
+        )
+        assert searches == ["all", INSTRUCTION_TAG] and rule in standing[0]
+        searches, standing = stores_searched(SearchRequest(query, 6, mode=mode))
+        assert searches == ["all", INSTRUCTION_TAG] and rule in standing[0]
+    services.ingest.upsert(
+        services.ingest.build([turn("plain", len(chat), rule, speaker="user")]).chunks
+    )
+    searches, standing = stores_searched(SearchRequest(query, 6, SearchFilters(("plain",))))
+    assert searches == ["all", INSTRUCTION_TAG] and rule in standing[0]
 
 
 def test_time_and_newest_order(services: Services) -> None:

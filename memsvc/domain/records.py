@@ -77,6 +77,9 @@ class LayoutRow:
     indexed: bool = False
     # "" for rows written before content hashes were kept: re-rendered on the next build.
     content_hash: str = ""
+    # A standing instruction (intent tag "instruction"). True where not known (rows written
+    # before the log kept it), so a search never skips the rules it might hold.
+    standing: bool = True
 
     def covers(self, turn_id: int) -> bool:
         return self.start_turn <= turn_id <= self.end_turn

@@ -83,6 +83,11 @@ class LogReader(Protocol):
 
     def layout_rows(self, chunk_ids: Sequence[str]) -> dict[str, LayoutRow]: ...
 
+    def may_hold_standing(self, conversation_ids: Sequence[str] = ()) -> bool:
+        """Whether a layout row of these conversations (of any, given none), of any version,
+        deleted or not, is or may be a standing instruction."""
+        ...
+
     def layout_versions(self, conversation_id: str) -> list[int]: ...
 
     def first_unindexed_turn(self, conversation_id: str, version: int) -> int | None:

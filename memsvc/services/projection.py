@@ -40,6 +40,7 @@ import structlog
 from memsvc.domain.chunking import ChunkRenderer, plan_windows
 from memsvc.domain.hashing import content_hash, text_hash
 from memsvc.domain.records import Conversation, LayoutRow, StoredChunk
+from memsvc.domain.standing import INSTRUCTION_TAG
 from memsvc.domain.types import (
     ChunkRecord,
 )
@@ -132,6 +133,7 @@ class Projector(RecordWrites):
                         source,
                         text_hash(record.text),
                         content_hash=content_hash(record),
+                        standing=record.metadata.intent_tag == INSTRUCTION_TAG,
                     )
                 )
         gone = [row for cid, row in old.items() if cid not in current and not row.deleted]

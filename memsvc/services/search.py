@@ -184,8 +184,14 @@ class SearchService:
             pool = most * 2  # room for identical texts
         pool = min(pool, 16_384)
         # Standing instructions need the query's vector, and are a list of their own only
-        # when the filters do not ask for one kind of chunk already.
-        standing = req.standing and mode is not SearchMode.KEYWORD and not scope.filters.intent_tag
+        # when the filters do not ask for one kind of chunk already, and the log holds
+        # some in scope: their search is a second store call, as long as the dense one.
+        standing = (
+            req.standing
+            and mode is not SearchMode.KEYWORD
+            and not scope.filters.intent_tag
+            and self._may_hold_standing(scope)
+        )
 
         candidates: list[Candidate]
         rules: list[Candidate] = []
@@ -253,6 +259,10 @@ class SearchService:
         (memsvc.services.narrowing): only where the store keeps turn lines and the
         embedder writes them."""
         return self._pools_parts and self.store.keeps_turn_lines
+
+    def _may_hold_standing(self, scope: SearchScope) -> bool:
+        with stage("search", "standing"), self.log.snapshot() as r:
+            return r.may_hold_standing(scope.filters.conversation_ids)
 
     def _dense(
         self,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from memsvc.storage.sql.connection import Sql
-from memsvc.storage.sqlite.schema import SchemaTooNew
+from memsvc.storage.sqlite.schema import LAYOUT_STANDING, SchemaTooNew
 
 Migration = Callable[[Sql], None]
 
@@ -112,7 +112,13 @@ def _v2(sql: Sql) -> None:
     sql.run("ALTER TABLE events ADD COLUMN payload TEXT NOT NULL DEFAULT ''")
 
 
-MIGRATIONS: tuple[Migration, ...] = (_v1, _v2)
+def _v3(sql: Sql) -> None:
+    """Layout rows mark standing instructions (LayoutRow.standing)."""
+    for statement in LAYOUT_STANDING:
+        sql.run(statement)
+
+
+MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3)
 
 
 def migrate(sql: Sql, migrations: Sequence[Migration] = MIGRATIONS) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from memsvc.storage.sql.connection import Row, Sql, chunked, marks
 
 _LAYOUT_COLS = (
     "chunk_id, conversation_id, chunk_version, start_turn, end_turn, source_hash, text_hash,"
-    " deleted, indexed, content_hash"
+    " deleted, indexed, content_hash, standing"
 )
 
 
@@ -39,6 +39,7 @@ def _layout(r: Row) -> LayoutRow:
         deleted=bool(r[7]),
         indexed=bool(r[8]),
         content_hash=str(r[9]),
+        standing=bool(r[10]),
     )
 
 
@@ -68,6 +69,19 @@ class LayoutQueries:
             ):
                 out[str(r[0])] = _layout(r)
         return out
+
+    def may_hold_standing(self, conversation_ids: Sequence[str] = ()) -> bool:
+        if not conversation_ids:
+            return self.sql.one("SELECT 1 FROM layout WHERE standing = 1 LIMIT 1") is not None
+        return any(
+            self.sql.one(
+                "SELECT 1 FROM layout WHERE standing = 1"
+                f" AND conversation_id IN ({marks(len(part))}) LIMIT 1",
+                tuple(part),
+            )
+            is not None
+            for part in chunked(conversation_ids)
+        )
 
     def layout_versions(self, conversation_id: str) -> list[int]:
         rows = self.sql.rows(
@@ -147,12 +161,13 @@ class LayoutQueries:
     def put_layout(self, rows: Iterable[LayoutRow]) -> None:
         rows = list(rows)
         self.sql.many(
-            f"INSERT INTO layout ({_LAYOUT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+            f"INSERT INTO layout ({_LAYOUT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT (chunk_id) DO UPDATE SET conversation_id = excluded.conversation_id,"
             " chunk_version = excluded.chunk_version, start_turn = excluded.start_turn,"
             " end_turn = excluded.end_turn, source_hash = excluded.source_hash,"
             " text_hash = excluded.text_hash, deleted = excluded.deleted,"
-            " indexed = excluded.indexed, content_hash = excluded.content_hash",
+            " indexed = excluded.indexed, content_hash = excluded.content_hash,"
+            " standing = excluded.standing",
             (
                 (
                     r.chunk_id,
@@ -165,6 +180,7 @@ class LayoutQueries:
                     int(r.deleted),
                     int(r.indexed),
                     r.content_hash,
+                    int(r.standing),
                 )
                 for r in rows
             ),

@@ -201,7 +201,22 @@ def _log_v3(sql: Sql) -> None:
     sql.run("ALTER TABLE events ADD COLUMN payload TEXT NOT NULL DEFAULT ''")
 
 
-LOG_MIGRATIONS: tuple[Migration, ...] = (_log_v1, _log_v2, _log_v3)
+# Layout rows say which chunks are standing instructions, so a search of conversations
+# that hold none skips their list (a second store search). Rows written before are marked
+# as if they were: their intent is not known without rendering them again.
+LAYOUT_STANDING = (
+    "ALTER TABLE layout ADD COLUMN standing INTEGER NOT NULL DEFAULT 1",
+    "CREATE INDEX layout_standing ON layout (conversation_id) WHERE standing = 1",
+)
+
+
+def _log_v4(sql: Sql) -> None:
+    """Layout rows mark standing instructions (LayoutRow.standing)."""
+    for statement in LAYOUT_STANDING:
+        sql.run(statement)
+
+
+LOG_MIGRATIONS: tuple[Migration, ...] = (_log_v1, _log_v2, _log_v3, _log_v4)
 
 
 def _cache_v1(sql: Sql) -> None:
