@@ -121,6 +121,6 @@ def breakdown(runs: Sequence[dict[str, float]]) -> str:
 
 # memsvc_stage_duration_seconds's stages, in the order a call runs them.
 STAGES = {
-    "search": ("embed", "keyword", "dense", "fuse", "read", "verify"),
+    "search": ("standing", "embed", "keyword", "dense", "fuse", "read", "verify"),
     "write": ("check", "read", "tokens", "embed", "store", "bookkeep", "settle"),
 }
