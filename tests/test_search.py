@@ -7,6 +7,7 @@ import pytest
 
 from memsvc.app import Services
 from memsvc.domain.errors import InvalidArgument
+from memsvc.domain.hashing import content_hash
 from memsvc.domain.ids import chunk_id
 from memsvc.domain.records import StoredChunk
 from memsvc.domain.types import (
@@ -278,6 +279,47 @@ def test_a_recent_record_is_never_returned_once_its_chunk_changed_or_was_deleted
     everything = services.search.search(audit).hits
     deleted = {h.chunk_id: h.metadata.deleted for h in everything}
     assert deleted.get(kept.chunk_id) is True
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        SearchRequest("golden retriever hiking", 4),
+        SearchRequest("golden retriever hiking", 4, mode=SearchMode.DENSE),
+        SearchRequest("golden retriever hiking", 4, mode=SearchMode.DENSE, turn_budget=20),
+        SearchRequest("golden retriever hiking", 4, mode=SearchMode.KEYWORD, turn_budget=20),
+    ],
+    ids=["hybrid", "dense", "dense-budget", "keyword-budget"],
+)
+@pytest.mark.parametrize("kept", [True, False], ids=["recent-kept", "read"])
+def test_a_store_row_that_differs_from_the_log_is_never_returned(
+    services: Services, monkeypatch: pytest.MonkeyPatch, request_: SearchRequest, kept: bool
+) -> None:
+    """Candidates carry no content hash: what a hit holds is judged by the log's layout and
+    the record read (or kept from a recent read). A row rewritten in the store behind the
+    log's back, still matching the query, never reaches the caller, whether its earlier
+    record is kept or it is read anew."""
+    services.ingest.upsert(services.ingest.build(conversation("drift", EN_TURNS)).chunks)
+    before = services.search.search(request_).hits
+    assert before
+    target = services.store.get([before[0].chunk_id], with_vectors=True)[before[0].chunk_id]
+    forged = dataclasses.replace(
+        target.record, text=target.record.text + " golden retriever hiking, forged"
+    )
+    services.store.upsert(
+        [dataclasses.replace(target, record=forged, content_hash=content_hash(forged))]
+    )
+    if not kept:
+        monkeypatch.setattr(services.search.selector, "recent", RecentRecords(0))
+    after = services.search.search(request_).hits
+    assert after and all("forged" not in h.text for h in after)
+    with services.log.snapshot() as r:
+        layout = r.layout_rows([h.chunk_id for h in after])
+    for h in after:  # what the log holds live, byte for byte
+        record = ChunkRecord(h.chunk_id, h.text, h.metadata)
+        assert layout[h.chunk_id].content_hash == content_hash(record)
+    if not kept:
+        assert target.record.chunk_id not in {h.chunk_id for h in after}
 
 
 def test_recent_records_keep_the_most_recent_without_vectors() -> None:

@@ -220,16 +220,17 @@ Scored = tuple[str, float]
 
 class Candidate(NamedTuple):
     """A search candidate: id and score, and its whole record when the search read it.
-    A search with hundreds of candidates (hybrid) reads ids and content hashes only: their
-    texts would cost ~3 ms more per list on one conversation of 205 chunks
-    (benchmarks/archive/2026-11-25.md, Speed v3), and the records of the few returned are read
-    afterwards, unless recently read ones with the same hash are at hand. One with few
-    (dense or keyword alone) reads whole records, which saves that second round trip."""
+    A search with hundreds of candidates (hybrid) reads ids and scores only: their texts
+    would cost ~3 ms more per list on one conversation of 205 chunks
+    (benchmarks/archive/2026-11-25.md, Speed v3), even their content hashes ~1.7 ms
+    (benchmarks/archive/2026-11-28.md); the records of the few returned are read
+    afterwards, unless recently read ones with the content the log holds are at hand. One
+    with few (dense or keyword alone) reads whole records, which saves that second round
+    trip."""
 
     chunk_id: str
     score: float
     stored: StoredChunk | None = None
-    content_hash: str = ""
 
 
 @dataclass(frozen=True)

@@ -96,8 +96,7 @@ class ChunkStore(Protocol):
     def search_dense(
         self, vector: np.ndarray, scope: SearchScope, limit: int, whole: bool = False
     ) -> list[Candidate]:
-        """The nearest chunks in scope: ids, scores and content hashes, and whole records
-        when `whole`."""
+        """The nearest chunks in scope: ids and scores, and whole records when `whole`."""
         ...
 
     def search_keyword(

@@ -1,12 +1,12 @@
 """Records of recently returned chunks, kept so a hybrid search need not read them again.
 
-A hybrid search fuses hundreds of candidates that carry ids and content hashes only, then
-reads the records of the few it returns: a second store round trip (~2.5 ms on Milvus
-Lite, a third of a scoped search; benchmarks/archive/2026-11-25.md, Speed v4). A conversation being
-talked about is searched again and again, and its best chunks come back each time. A
-record is taken from here only for a candidate whose content hash, as the search just
-returned it from the store, is the one kept: text and metadata are then the stored ones
-byte for byte (the hash covers both), so an answer is what a read would have returned.
+A hybrid search fuses hundreds of candidates that carry ids and scores only, then reads
+the records of the few it returns: a second store round trip (~2.5 ms on Milvus Lite, a
+third of a scoped search; benchmarks/archive/2026-11-25.md, Speed v4). A conversation
+being talked about is searched again and again, and its best chunks come back each time.
+A record is taken from here only where its content hash is the one the log's layout holds
+for that chunk now: text and metadata are then those the log says are live, byte for byte
+(the hash covers both), so an answer is what a read of an up-to-date store would return.
 The deleted flag is outside the hash: searches that may return deleted chunks read.
 """
 

@@ -236,14 +236,11 @@ class SearchService:
             narrowed: dict[str, tuple[int, ...]] = {}
         else:
             known = {c.chunk_id: c.stored for c in candidates if c.stored is not None}
-            # Read by the search, or recently with the same content hash: no second read.
-            # The deleted flag is not in the hash: an audit reads what is stored now.
-            hashes = {} if audit else {c.chunk_id: c.content_hash for c in candidates}
             narrowing = None
             if req.turn_budget and vector is not None and self._narrows():
                 narrowing = Narrowing(vector)
             top, records, narrowed = self.selector.top(
-                ranked, top_k, known, audit, hashes, coverage, narrowing
+                ranked, top_k, known, audit, coverage, narrowing
             )
         hits = _in_order(
             [_hit(cid, score, records[cid], narrowed) for cid, score in top], req.order

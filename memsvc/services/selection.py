@@ -1,8 +1,8 @@
 """Which ranked candidates a search returns: judged against the event log, read, and
 chosen so that no two hits say the same thing.
 
-A candidate is returned only if the log holds it live now, with the content the search
-saw (`verified`). Among the live ones, in rank order, a hit is skipped when its text
+A candidate is returned only if the log holds it live now, with the content the record
+returned has (`verified`). Among the live ones, in rank order, a hit is skipped when its text
 repeats one already chosen (a greeting in every conversation of an unscoped search) or
 when every turn it covers is covered already: an overlapping window, or another part of a
 long turn whose best part is chosen. So a hit always brings turns the caller has not had,
@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from memsvc.domain.hashing import text_hash
 from memsvc.domain.records import Scored, StoredChunk
@@ -25,6 +26,14 @@ from memsvc.services.recent_records import RecentRecords
 
 # (conversation, first turn, last turn): what a hit covers.
 Span = tuple[str, int, int]
+
+
+class Judged(NamedTuple):
+    """What the log's layout says of a live candidate before its record is read."""
+
+    text_hash: str
+    span: Span
+    content_hash: str
 
 
 @dataclass
@@ -63,15 +72,14 @@ class HitSelector:
         top_k: int,
         known: Mapping[str, StoredChunk],
         audit: bool,
-        hashes: Mapping[str, str],
         coverage: Coverage,
         narrowing: Narrowing | None = None,
     ) -> tuple[list[Scored], dict[str, StoredChunk], dict[str, tuple[int, ...]]]:
         """The first `top_k` candidates that bring new text and new turns within the
         budget, and their records. Records the search returned whole are `known`. The
         others are judged by the log first, in slices of 4 x top_k then twice as large each
-        time: which are live with the content the search saw, what text each holds (its
-        layout's text hash) and which turns. So only the hits are read, in one round trip
+        time: which are live, with what content (its layout's content hash), what text
+        each holds (its text hash) and which turns. So only the hits are read, in one round trip
         unless texts repeat past the slice, never a copy of a text already kept: a read
         costs ~1 ms a round trip and ~0.05 ms a record, whatever the size of the store,
         and judging a few more ids in the log far less (benchmarks/archive/2026-11-25.md, Speed v4).
@@ -80,7 +88,7 @@ class HitSelector:
         choice is made anew. With `narrowing`, late window hits return some of their turns
         (memsvc.services.narrowing): the turns of each such hit are the third result."""
         records: dict[str, StoredChunk] = dict(self.verified(known, audit))
-        live: dict[str, tuple[str, Span]] = {}  # chunk id -> text hash, span, as searched
+        live: dict[str, Judged] = {}
         judged: set[str] = set(known)
         start, size = 0, top_k * 4
         while True:
@@ -88,7 +96,7 @@ class HitSelector:
                 ranked[:start], top_k, records, live, judged, coverage, narrowing
             )
             if unread:
-                records.update(self._read(unread, hashes, live, audit, narrowing))
+                records.update(self._read(unread, live, audit, narrowing))
                 judged.update(unread)
                 done = set(unread)
                 live = {cid: v for cid, v in live.items() if cid not in done}
@@ -102,22 +110,22 @@ class HitSelector:
                 return top, records, narrowed
             part = [cid for cid, _ in ranked[start : start + size]]
             start, size = start + len(part), size * 2
-            found, doubtful = self._live_in_log([c for c in part if c not in judged], hashes)
+            found, doubtful = self._live_in_log([c for c in part if c not in judged], audit)
             live.update(found)
             judged.update(c for c in part if c not in doubtful)
 
     def _read(
         self,
         ids: Sequence[str],
-        hashes: Mapping[str, str],
-        live: Mapping[str, tuple[str, Span]],
+        live: Mapping[str, Judged],
         audit: bool,
         narrowing: Narrowing | None = None,
     ) -> dict[str, StoredChunk]:
         """The records of `ids` the log holds live. One with the content the log was just
         asked about needs no second look; any other is verified. A record kept from a
-        recent read without its turn lines is read again when narrowing needs them."""
-        wanted = [(cid, hashes[cid]) for cid in ids if cid in hashes]
+        recent read with that content is not read again, unless it was kept without the
+        turn lines narrowing needs."""
+        wanted = [(cid, live[cid].content_hash) for cid in ids if cid in live]
         usable = None if narrowing is None else lambda s: not narrowing.reads_lines(s)
         found = self.recent.take(wanted, usable)
         unread = [cid for cid in ids if cid not in found]
@@ -131,36 +139,37 @@ class HitSelector:
             self.recent.keep(fresh.values())
             found.update(fresh)
         checked = {
-            cid: s for cid, s in found.items() if cid in live and s.content_hash == hashes[cid]
+            cid: s
+            for cid, s in found.items()
+            if cid in live and s.content_hash == live[cid].content_hash
         }
         doubtful = {cid: s for cid, s in found.items() if cid not in checked}
         return checked | self.verified(doubtful, audit)
 
-    def _live_in_log(
-        self, ids: Sequence[str], hashes: Mapping[str, str]
-    ) -> tuple[dict[str, tuple[str, Span]], set[str]]:
-        """Of candidates with the content hashes the search returned: those the log holds
-        live with that content (as `verified` judges a record), with their text hash and
-        span, and those it cannot judge without their records: a superseded tail awaiting
-        removal, or a candidate without a hash (an audit: the deleted flag is outside the
-        hash). The rest are not live."""
-        hashed = [cid for cid in ids if hashes.get(cid)]
-        doubtful = {cid for cid in ids if not hashes.get(cid)}
-        if not hashed:
-            return {}, doubtful
+    def _live_in_log(self, ids: Sequence[str], audit: bool) -> tuple[dict[str, Judged], set[str]]:
+        """Of candidates: those the log holds live, with what the layout says of each, and
+        those it cannot judge without their records: a superseded tail awaiting removal,
+        or any candidate of an audit (the deleted flag, outside the content hash, is read
+        from the store). The rest are not live. The search returned no content hash: a
+        record is compared with the layout's once read (`_read`), so a store row that
+        differs from the log is never returned, and decoding a field of every candidate
+        cost more than a hybrid search's fusion (benchmarks/archive/2026-11-28.md)."""
+        if audit or not ids:
+            return {}, set(ids)
         with stage("search", "verify"), self.log.snapshot() as r:
-            layout = r.layout_rows(hashed)
-            doubtful |= r.waiting_superseded([cid for cid in hashed if cid not in layout])
+            layout = r.layout_rows(ids)
+            doubtful = r.waiting_superseded([cid for cid in ids if cid not in layout])
             unsettled = _unsettled(r, {row.conversation_id for row in layout.values()})
             deleted = {c: r.deleted_turn_ids(c) for c in unsettled}
-        live: dict[str, tuple[str, Span]] = {}
+        live: dict[str, Judged] = {}
         for cid, row in layout.items():
-            if row.deleted or row.content_hash != hashes[cid]:
+            if row.deleted:
                 continue
             if _span_holds(row.start_turn, row.end_turn, deleted.get(row.conversation_id, [])):
                 continue
-            live[cid] = (row.text_hash, (row.conversation_id, row.start_turn, row.end_turn))
-        return live, doubtful
+            span = (row.conversation_id, row.start_turn, row.end_turn)
+            live[cid] = Judged(row.text_hash, span, row.content_hash)
+        return live, set(doubtful)
 
     def verified(self, records: Mapping[str, StoredChunk], audit: bool) -> dict[str, StoredChunk]:
         """The records the log holds live now: a chunk of its layout with the same content
@@ -223,7 +232,7 @@ def _pick(
     ranked: Sequence[Scored],
     top_k: int,
     records: Mapping[str, StoredChunk],
-    live: Mapping[str, tuple[str, Span]],
+    live: Mapping[str, Judged],
     judged: set[str],
     coverage: Coverage,
     narrowing: Narrowing | None,
@@ -247,7 +256,7 @@ def _pick(
         if stored is not None:
             key, span = text_hash(stored.record.text), span_of(stored)
         elif cid in live:
-            key, span = live[cid]
+            key, span = live[cid].text_hash, live[cid].span
         elif cid not in judged:
             unread.append(cid)
             continue
@@ -287,18 +296,18 @@ def _pick(
 def _turns(
     cid: str,
     records: Mapping[str, StoredChunk],
-    live: Mapping[str, tuple[str, Span]],
+    live: Mapping[str, Judged],
     narrowed: Mapping[str, tuple[int, ...]],
 ) -> list[tuple[str, int]]:
     """The turns a pick returns."""
-    conv, first, last = span_of(records[cid]) if cid in records else live[cid][1]
+    conv, first, last = span_of(records[cid]) if cid in records else live[cid].span
     return [(conv, t) for t in narrowed.get(cid, range(first, last + 1))]
 
 
 def _filled(
     top: Sequence[Scored],
     records: Mapping[str, StoredChunk],
-    live: Mapping[str, tuple[str, Span]],
+    live: Mapping[str, Judged],
     coverage: Coverage,
     narrowed: Mapping[str, tuple[int, ...]],
 ) -> bool:

@@ -69,20 +69,22 @@ def from_row(row: dict[str, Any]) -> StoredChunk:
     )
 
 
-# What a search returns of each candidate when it does not read whole records: the id
-# comes with every hit; pymilvus decodes each output field cell by cell in Python, which
-# was a quarter of a hybrid search's CPU (benchmarks/archive/2026-11-25.md, Speed v4), so one field.
-CANDIDATE_FIELDS = ["content_hash"]
+# What a search returns of each candidate when it does not read whole records: its id
+# and score, no field. pymilvus decodes each output field cell by cell in Python: one
+# field of 300 candidates costs ~1.7 ms of CPU a list (benchmarks/archive/2026-11-28.md),
+# more than the store's own search of one conversation. The log's layout says what each
+# candidate holds, and the few records returned are read and compared with it.
+CANDIDATE_FIELDS: list[str] = []
 
 
 def candidates(hits: Any, whole: bool) -> list[Candidate]:
     if whole:
         return [
-            Candidate(c.record.chunk_id, float(h["distance"]), c, c.content_hash)
+            Candidate(c.record.chunk_id, float(h["distance"]), c)
             for h in hits
             for c in (from_row(h["entity"]),)
         ]
     return [
-        Candidate(str(cid), float(score), None, str(h["entity"]["content_hash"]))
-        for cid, score, h in zip(hits.ids, hits.distances, hits, strict=True)
+        Candidate(str(cid), float(score))
+        for cid, score in zip(hits.ids, hits.distances, strict=True)
     ]
