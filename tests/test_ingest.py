@@ -18,6 +18,7 @@ from memsvc.domain.types import (
     SearchRequest,
     TurnRange,
 )
+from memsvc.ports import EventLog
 from memsvc.services.turns import TurnsDeleted
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, turn
 from tests.support.conversations import generate
@@ -357,24 +358,33 @@ def test_export_reads_only_the_newest_events_when_asked(services: Services) -> N
     assert refused.value.field == "last"
 
 
-def test_layout_rows_of_the_previous_schema_may_be_standing_instructions(
-    tmp_path: Path,
-) -> None:
-    """Layout rows written before they marked standing instructions (schema 3) count as
-    possible ones, so searches of their conversations keep asking the store for rules;
-    rows written since say what they are."""
+def log_written_at_schema(tmp_path: Path, version: int, row: str) -> EventLog:
+    """The event log in `tmp_path` as an older memsvc left it: migrated to `version` only,
+    holding `row` (an INSERT of that schema); then opened by this one."""
     from memsvc.storage.sqlite import LOG_FILE, open_log
     from memsvc.storage.sqlite.database import SqliteDatabase
     from memsvc.storage.sqlite.schema import LOG_MIGRATIONS, migrate
 
     old = SqliteDatabase(tmp_path / LOG_FILE)
     with old.transaction() as sql:
-        assert migrate(sql, LOG_MIGRATIONS[:3], "old log") == 3
-        sql.run(
-            "INSERT INTO layout (chunk_id, conversation_id, chunk_version, start_turn,"
-            " end_turn, source_hash, text_hash) VALUES ('c-old', 'old', 1, 0, 1, 's', 't')"
-        )
+        assert migrate(sql, LOG_MIGRATIONS[:version], "old log") == version
+        sql.run(row)
     log, _, _ = open_log(tmp_path)
+    return log
+
+
+def test_layout_rows_of_the_previous_schema_may_be_standing_instructions(
+    tmp_path: Path,
+) -> None:
+    """Layout rows written before they marked standing instructions (schema 3) count as
+    possible ones, so searches of their conversations keep asking the store for rules;
+    rows written since say what they are."""
+    log = log_written_at_schema(
+        tmp_path,
+        3,
+        "INSERT INTO layout (chunk_id, conversation_id, chunk_version, start_turn,"
+        " end_turn, source_hash, text_hash) VALUES ('c-old', 'old', 1, 0, 1, 's', 't')",
+    )
     with log.transaction() as tx:
         tx.put_layout([LayoutRow("c-new", "new", 1, 0, 1, "s", "t", standing=False)])
     with log.snapshot() as r:
@@ -387,18 +397,12 @@ def test_layout_rows_of_the_previous_schema_may_be_standing_instructions(
 
 def test_a_log_of_the_previous_schema_gains_payloads(tmp_path: Path) -> None:
     """An event log written before payloads (schema 2) opens: its events have none."""
-    from memsvc.storage.sqlite import LOG_FILE, open_log
-    from memsvc.storage.sqlite.database import SqliteDatabase
-    from memsvc.storage.sqlite.schema import LOG_MIGRATIONS, migrate
-
-    old = SqliteDatabase(tmp_path / LOG_FILE)
-    with old.transaction() as sql:
-        assert migrate(sql, LOG_MIGRATIONS[:2], "old log") == 2
-        sql.run(
-            "INSERT INTO events (conversation_id, turn_id, speaker, speaker_name, text,"
-            " clean_text, timestamp, participants, tokens) VALUES"
-            " ('old', 0, 'user', '', 'hi', 'hi', '2026-01-01T00:00:00+00:00', '[]', 1)"
-        )
-    log, _, _ = open_log(tmp_path)
+    log = log_written_at_schema(
+        tmp_path,
+        2,
+        "INSERT INTO events (conversation_id, turn_id, speaker, speaker_name, text,"
+        " clean_text, timestamp, participants, tokens) VALUES"
+        " ('old', 0, 'user', '', 'hi', 'hi', '2026-01-01T00:00:00+00:00', '[]', 1)",
+    )
     with log.snapshot() as r:
         assert r.events("old", [0])[0].payload == "" and r.events("old", [0])[0].text == "hi"
