@@ -256,6 +256,13 @@ class Settings(BaseSettings):
         " https://app.example.com; * = any); empty = none: browsers on other origins are"
         " refused, as without CORS. Calls still need their bearer token; no cookies are used",
     )
+    http_allowed_hosts: str = Field(
+        "",
+        description="host names the HTTP listener answers besides loopback names and IP"
+        " addresses (comma-separated; * = any), in the Host header and browsers' Origin:"
+        " checked on a loopback listen and on any that accepts calls without a token, so a"
+        " page whose name is pointed at this machine (DNS rebinding) is refused",
+    )
     http_console: bool = Field(
         True,
         description="serve the web console at /console on the HTTP port: static pages that"
@@ -306,6 +313,10 @@ class Settings(BaseSettings):
     @property
     def cors_origins(self) -> list[str]:
         return [o.strip().rstrip("/") for o in self.http_cors_origins.split(",") if o.strip()]
+
+    @property
+    def allowed_hosts(self) -> frozenset[str]:
+        return frozenset(h.strip().lower() for h in self.http_allowed_hosts.split(",") if h.strip())
 
 
 def package_version() -> str:

@@ -38,6 +38,7 @@ from memsvc.transports.grpc.auth import (
 from memsvc.transports.grpc.servicer import MemoryServicer
 from memsvc.transports.grpc.status import rich_status
 from memsvc.transports.http.connect import Gate, Refusal
+from memsvc.transports.http.hosts import HostPolicy
 from memsvc.transports.http.server import HttpServer, HttpTls, bind
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
@@ -348,7 +349,11 @@ def serve(settings: Settings) -> None:
             http_tls(settings),
             gate,
             max_body=settings.max_request_mb * 1024 * 1024,
-            cors_origins=settings.cors_origins,
+            hosts=HostPolicy(
+                allowed_hosts=settings.allowed_hosts,
+                check_host=tokens is None or is_loopback(settings.http_listen),
+                cors_origins=tuple(settings.cors_origins),
+            ),
             pages=console_routes() if settings.http_console else (),
         ).start()
         log.info(

@@ -33,6 +33,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from memsvc.domain.limits import MAX_REQUEST_BYTES
+from memsvc.transports.http.hosts import HostCheck, HostPolicy
 from memsvc.v1 import memory_pb2 as pb
 
 SERVICE = "memsvc.v1.MemoryService"
@@ -171,14 +172,16 @@ def connect_app(
     channel: grpc.Channel,
     gate: Gate | None = None,
     max_body: int = MAX_REQUEST_BYTES,
-    cors_origins: Sequence[str] = (),
+    hosts: HostPolicy | None = None,
     pages: Sequence[BaseRoute] = (),
 ) -> Starlette:
     """The Connect endpoints, forwarding to the gRPC server behind `channel`. `gate`, when
     authentication is on, refuses a call from its headers before its body is read (as the
-    gRPC server refuses one before decoding it). `cors_origins`: browser origins that may
-    call (preflights answered, headers exposed); none by default. `pages`: GET routes
-    served beside the API (the console)."""
+    gRPC server refuses one before decoding it). `hosts`: which Host and Origin headers are
+    answered, and the browser origins that may call across origins (CORS: preflights
+    answered, headers exposed; none by default). `pages`: GET routes served beside the API
+    (the console)."""
+    hosts = hosts or HostPolicy()
     methods = _methods(channel)
 
     async def handle(request: Request) -> Response:
@@ -230,12 +233,13 @@ def connect_app(
             return Response(json_format.MessageToJson(reply), media_type="application/json")
         return Response(reply.SerializeToString(), media_type="application/proto")
 
-    middleware = []
-    if cors_origins:
+    # outermost first: a refused Host or Origin meets no handler, CORS preflight included
+    middleware = [Middleware(HostCheck, policy=hosts)]
+    if hosts.cors_origins:
         middleware.append(
             Middleware(
                 CORSMiddleware,
-                allow_origins=list(cors_origins),
+                allow_origins=list(hosts.cors_origins),
                 allow_methods=["GET", "POST"],
                 allow_headers=CORS_ALLOW_HEADERS,
                 expose_headers=CORS_EXPOSE_HEADERS,

@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute
 
 from memsvc.domain.limits import MAX_REQUEST_BYTES
 from memsvc.transports.http.connect import Gate, connect_app
+from memsvc.transports.http.hosts import HostPolicy
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class HttpServer:
         tls: HttpTls | None,
         gate: Gate | None = None,
         max_body: int = MAX_REQUEST_BYTES,
-        cors_origins: Sequence[str] = (),
+        hosts: HostPolicy | None = None,
         pages: Sequence[BaseRoute] = (),
     ) -> None:
         self.port: int = sock.getsockname()[1]
@@ -64,7 +65,7 @@ class HttpServer:
             ],
         )
         config = uvicorn.Config(
-            connect_app(self._channel, gate, max_body, cors_origins, pages),
+            connect_app(self._channel, gate, max_body, hosts, pages),
             log_level="warning",
             access_log=False,
             lifespan="off",

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio.to_thread
 from mcp.server.mcpserver.exceptions import ToolError
@@ -29,11 +28,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memsvc.transports.grpc.auth import is_loopback
+from memsvc.transports.http.hosts import origin_allowed
 from memsvc.transports.mcp.gateway import MemoryGateway
 from memsvc.transports.mcp.tools import build_mcp
 
 MCP_PATH = "/mcp"
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 @dataclass(frozen=True)
@@ -49,14 +48,6 @@ class HttpListen:
     @property
     def loopback(self) -> bool:
         return is_loopback(f"{self.host}:{self.port}")
-
-
-def origin_allowed(origin: str, allowed: Sequence[str]) -> bool:
-    """A browser's Origin: a loopback origin (http or https, any port) or one listed."""
-    if origin.rstrip("/") in {a.rstrip("/") for a in allowed}:
-        return True
-    parts = urlsplit(origin)
-    return parts.scheme in ("http", "https") and (parts.hostname or "") in LOOPBACK_NAMES
 
 
 INSECURE = (
