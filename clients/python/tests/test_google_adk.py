@@ -7,13 +7,16 @@ memories deleted by the id search gave them stay deleted."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import unicodedata
 
 from google.adk.events import Event
 from google.adk.memory.base_memory_service import BaseMemoryService
+from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions import InMemorySessionService, Session
 from google.genai import types
 from memsvc_client import MemoryClient
-from memsvc_client.integrations.google_adk import MemsvcMemoryService
+from memsvc_client.integrations.google_adk import MemsvcMemoryService, conversation_of
 
 from .test_client import ADMIN, WRITER, ServerTestCase, check_writers_kept, run_writers
 
@@ -184,3 +187,58 @@ class MemoryServiceTest(ServerTestCase):
             self.service().search_memory(app_name="x", user_id="nobody", query="anything")
         )
         self.assertEqual(found.memories, [])
+
+    def test_search_memory_does_not_collide_on_slash_in_identifiers(self) -> None:
+        # ADK's tests/unittests/memory/test_in_memory_memory_service.py, of that name: app
+        # "app/other-user" with user "user" must not be app "app" with user "other-user/user"
+        async def run() -> list[MemoryEntry]:
+            memory = self.service()
+            _, session = await session_with(
+                [said("user", "This is a secret.")], "app/other-user", "user"
+            )
+            await memory.add_session_to_memory(session)
+            self.indexed(conversation_of("app/other-user", "user"))
+            mine = await memory.search_memory(
+                app_name="app/other-user", user_id="user", query="secret"
+            )
+            said_there = [p.text or "" for m in mine.memories for p in m.content.parts or []]
+            self.assertTrue(any("This is a secret." in t for t in said_there), said_there)
+            found = await memory.search_memory(
+                app_name="app", user_id="other-user/user", query="secret"
+            )
+            await memory.close()
+            return list(found.memories)
+
+        self.assertEqual(asyncio.run(run()), [])
+
+    def test_conversation_ids_are_injective_and_plain_names_unchanged(self) -> None:
+        names = [
+            "a",
+            "a/b",
+            "b",
+            "a%2Fb",
+            "a b",
+            "a  b",
+            " a",
+            "a\tb",
+            "é",
+            unicodedata.normalize("NFD", "é"),
+            "a\u200bb",
+            "%",
+            "",
+            "/",
+            "用户",
+            "acme/team",
+        ]
+        pairs = list(itertools.product(names, repeat=2))
+        ids = {conversation_of(app, user): (app, user) for app, user in pairs}
+        self.assertEqual(len(ids), len(pairs))  # no two pairs share a conversation
+        self.assertEqual(conversation_of("gym", "ana"), "gym/ana")  # stored before: unchanged
+        self.assertEqual(conversation_of("用户", "a b"), "用户/a b")
+        self.assertEqual(conversation_of("X/other-user", "user"), "X%2Fother-user/user")
+        self.assertEqual(conversation_of("X", "user", prefix="acme/"), "acme/X/user")
+        for conversation in ids:  # memsvc's normal form already: never folded into another
+            self.assertEqual(
+                conversation, unicodedata.normalize("NFC", " ".join(conversation.split(" ")))
+            )
+            self.assertNotRegex(conversation, r"\s\s|[^\S ]|^\s|\s$")

@@ -7,8 +7,11 @@ events there, shared by every process and replica.
 
 How ADK's types map onto memsvc:
 - ADK's memory is per app and user: each (app_name, user_id) is one memsvc conversation,
-  `"{app_name}/{user_id}"` (with a token limited to a tenant's prefixes, give app names
-  within them). Every session of that user goes into it, in the order added.
+  `"{prefix}{app_name}/{user_id}"`, each name percent-encoded where it holds a `/` or `%` or
+  is not in memsvc's normal form (`conversation_of`): two pairs never share a conversation,
+  and the ids of plain names read as they are. `prefix` (default none) puts every
+  conversation within a tenant's prefix (`prefix="acme/"` with a token limited to `acme/`).
+  Every session of that user goes into it, in the order added.
 - Each event with content is one turn: author "user" -> speaker "user"; an agent's event ->
   "assistant" with the agent's name as speaker_name; an event answering a function call ->
   "system". The turn's text is what the event says (its text parts, a function call's name
@@ -38,6 +41,7 @@ from google.genai import types
 from memsvc_client.aio import ClientPerLoop
 from memsvc_client.client import MemsvcError, search_request
 from memsvc_client.integrations._hits import said_lines
+from memsvc_client.integrations._ids import joined_id
 from memsvc_client.v1 import memory_pb2 as pb
 
 if TYPE_CHECKING:
@@ -47,8 +51,9 @@ if TYPE_CHECKING:
 MEMORY_ID_PREFIX = "turns:"
 
 
-def conversation_of(app_name: str, user_id: str) -> str:
-    return f"{app_name}/{user_id}"
+def conversation_of(app_name: str, user_id: str, prefix: str = "") -> str:
+    """The conversation of one (app, user): injective for a given prefix."""
+    return prefix + joined_id(app_name, user_id)
 
 
 def text_of(event: Event) -> str:
@@ -102,10 +107,15 @@ class MemsvcMemoryService(BaseMemoryService):
         ca_file: str | None = None,
         top_k: int = 10,
         max_text_chars: int = 100_000,
+        prefix: str = "",
     ) -> None:
         self.top_k = top_k
+        self.prefix = prefix
         self.max_text_chars = max_text_chars
         self._clients = ClientPerLoop(target, token=token, ca_file=ca_file)
+
+    def _conversation(self, app_name: str, user_id: str) -> str:
+        return conversation_of(app_name, user_id, self.prefix)
 
     async def add_session_to_memory(self, session: Session) -> None:
         await self.add_events_to_memory(
@@ -121,7 +131,7 @@ class MemsvcMemoryService(BaseMemoryService):
         session_id: str | None = None,
         custom_metadata: Mapping[str, object] | None = None,
     ) -> None:
-        conversation = conversation_of(app_name, user_id)
+        conversation = self._conversation(app_name, user_id)
         kept = {e.id for e in await self.events(app_name=app_name, user_id=user_id)}
         new = [e for e in events if e.id not in kept and text_of(e)]
         if not new:
@@ -136,7 +146,7 @@ class MemsvcMemoryService(BaseMemoryService):
         from google.adk.events.event import Event
 
         try:
-            turns = await self._clients.get().export(conversation_of(app_name, user_id))
+            turns = await self._clients.get().export(self._conversation(app_name, user_id))
         except MemsvcError as exc:
             if exc.code is grpc.StatusCode.NOT_FOUND:
                 return []
@@ -146,7 +156,9 @@ class MemsvcMemoryService(BaseMemoryService):
     async def search_memory(
         self, *, app_name: str, user_id: str, query: str
     ) -> SearchMemoryResponse:
-        request = search_request(query, [conversation_of(app_name, user_id)], self.top_k, None, ())
+        request = search_request(
+            query, [self._conversation(app_name, user_id)], self.top_k, None, ()
+        )
         try:
             reply: pb.EmbedDbResponse = await self._clients.get().call("EmbedDb", request)
         except MemsvcError as exc:
@@ -164,12 +176,12 @@ class MemsvcMemoryService(BaseMemoryService):
         if not memory_id.startswith(MEMORY_ID_PREFIX):
             raise ValueError(f"not a memsvc memory id: {memory_id!r} (turns:START-END)")
         start, _, end = memory_id.removeprefix(MEMORY_ID_PREFIX).partition("-")
-        conversation = conversation_of(app_name, user_id)
+        conversation = self._conversation(app_name, user_id)
         await self._clients.get().delete(conversation, (int(start), int(end)))
 
     async def purge(self, *, app_name: str, user_id: str) -> pb.PurgeDeletedResponse:
         """Erase the text of this user's deleted turns for good (an admin token)."""
-        request = pb.PurgeDeletedRequest(conversation_id=conversation_of(app_name, user_id))
+        request = pb.PurgeDeletedRequest(conversation_id=self._conversation(app_name, user_id))
         reply: pb.PurgeDeletedResponse = await self._clients.get().call("PurgeDeleted", request)
         return reply
 
