@@ -9,6 +9,7 @@ import pytest
 
 from memsvc.app import Services
 from memsvc.domain.errors import InvalidArgument
+from memsvc.domain.limits import MAX_TURN_ID
 from memsvc.domain.records import LayoutRow
 from memsvc.domain.types import (
     ChunkRecord,
@@ -282,6 +283,28 @@ def test_server_numbered_appends_never_collide(services_on_both: Services) -> No
         assign_turn_ids=True,
     )
     assert bad.turn_ids == [24, -1] and bad.errors
+
+
+def test_turn_ids_are_bounded_and_their_end_refuses_only_its_conversation(
+    services_on_both: Services,
+) -> None:
+    # issue 62, item 12: turn id 2**63-1 made every later server-numbered append to that
+    # conversation INTERNAL and lost the other conversation of the same call
+    svc = services_on_both
+    refused = svc.ingest.append([turn("edge", 2**63 - 1, "too far")], allow_gaps=True)
+    assert refused.accepted == 0
+    assert "events[0].turn_id: must be 0 to 9,007,199,254,740,991" in refused.errors[0].message
+    last = svc.ingest.append([turn("edge", MAX_TURN_ID, "the last id")], allow_gaps=True)
+    assert last.accepted == 1 and not last.errors
+    both = svc.ingest.append(
+        [MemoryEvent("edge", 0, "user", "one more", ""), MemoryEvent("other", 0, "user", "hi", "")],
+        assign_turn_ids=True,
+    )
+    assert both.accepted == 1 and both.turn_ids == [-1, 0]
+    assert "no turn ids left" in both.errors[0].message
+    with svc.log.snapshot() as r:
+        assert list(r.events("other", [0])) == [0]
+        assert list(r.events("edge", [MAX_TURN_ID])) == [MAX_TURN_ID]
 
 
 def test_payload_comes_back_exactly_and_is_never_searched(services: Services) -> None:

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 # -- events ---------------------------------------------------------------------------------
 MAX_EVENTS_PER_CALL = 10_000
+MAX_RECORDS_PER_CALL = 10_000  # chunk records per UpsertVectorRecords
 MAX_CONVERSATION_ID_CHARS = 512
+# The largest turn id: exact in every JSON number (JavaScript's included), and far from the
+# 64-bit edge where the server's numbering (last + 1) would overflow.
+MAX_TURN_ID = 2**53 - 1
 # Characters of one turn's text. Longer turns are split into pieces by the chunker.
 MAX_TURN_CHARS = 1_024_000  # the ceiling of MEMSVC_MAX_TURN_CHARS (default 100,000)
 # Characters of an event's payload (kept as sent, never searched: an agent's raw item).

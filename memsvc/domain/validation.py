@@ -23,6 +23,7 @@ from memsvc.domain.limits import (
     MAX_PAYLOAD_CHARS,
     MAX_TIMESTAMP_CHARS,
     MAX_TURN_CHARS,
+    MAX_TURN_ID,
 )
 from memsvc.domain.text import (
     epoch_ms,
@@ -137,8 +138,8 @@ def conversation_events(
 def event(e: MemoryEvent, field: str, max_text_chars: int = MAX_TURN_CHARS) -> MemoryEvent:
     """The event in normal form (id, names), every limit checked on that form."""
     conv = conversation_id(e.conversation_id, f"{field}.conversation_id")
-    if e.turn_id < 0:
-        raise InvalidArgument(f"{field}.turn_id", "must be >= 0")
+    if not 0 <= e.turn_id <= MAX_TURN_ID:
+        raise InvalidArgument(f"{field}.turn_id", f"must be 0 to {MAX_TURN_ID:,}")
     speaker(e.speaker, f"{field}.speaker")
     if not e.timestamp:
         raise InvalidArgument(f"{field}.timestamp", "required (RFC 3339 with offset)")

@@ -10,6 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from memsvc.domain.errors import FailedPrecondition, InvalidArgument
+from memsvc.domain.limits import MAX_TURN_ID
 from memsvc.domain.records import EventRow
 from memsvc.domain.text import normal_id
 from memsvc.domain.types import MemoryEvent
@@ -40,6 +41,12 @@ def after_last_turn(tx: LogWriter, conv: str, rows: list[EventRow]) -> list[Even
     deleted and purged turns included: an id once used is never given again."""
     _, hi, count = tx.turn_stats(conv)
     base = hi + 1 if count else 0
+    if base + len(rows) - 1 > MAX_TURN_ID:
+        raise InvalidArgument(
+            "events",
+            f"conversation {conv!r} has no turn ids left to number {len(rows)} more turns"
+            f" (its last is {hi:,}; at most {MAX_TURN_ID:,})",
+        )
     return [replace(r, turn_id=base + r.turn_id) for r in rows]
 
 

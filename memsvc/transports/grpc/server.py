@@ -40,6 +40,7 @@ from memsvc.transports.grpc.status import rich_status
 from memsvc.transports.http.connect import Gate, Refusal
 from memsvc.transports.http.hosts import HostPolicy
 from memsvc.transports.http.server import HttpServer, HttpTls, bind
+from memsvc.transports.wire import refusal_of_bytes
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 
@@ -138,9 +139,16 @@ class _Undecodable:
         self.error = error
 
 
+class _TooMany:
+    def __init__(self, field: str, why: str) -> None:
+        self.field = field
+        self.why = why
+
+
 class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[type-arg]
     """A request that does not decode (invalid UTF-8 in a string field, a malformed
-    message) is the caller's error, INVALID_ARGUMENT, not gRPC's default INTERNAL."""
+    message) is the caller's error, INVALID_ARGUMENT, not gRPC's default INTERNAL; and one
+    with too many items is refused from its bytes, before it is decoded (memsvc.transports.wire)."""
 
     def intercept_service(
         self,
@@ -152,14 +160,26 @@ class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[type-arg]
             return handler  # type: ignore[no-any-return]
         decode = handler.request_deserializer
         behavior = handler.unary_unary
+        method = details.method.rpartition("/")[2]
 
         def safe_decode(data: bytes) -> Any:
+            refused = refusal_of_bytes(method, data)
+            if refused is not None:
+                return _TooMany(*refused)
             try:
                 return decode(data)
             except Exception as exc:
                 return _Undecodable(exc)
 
         def checked(request: Any, context: grpc.ServicerContext) -> Any:
+            if isinstance(request, _TooMany):
+                context.abort_with_status(
+                    rich_status(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"{request.field}: {request.why}",
+                        violations=[(request.field, request.why)],
+                    )
+                )
             if isinstance(request, _Undecodable):
                 description = (
                     "does not decode as the method's message (invalid UTF-8 in a string"

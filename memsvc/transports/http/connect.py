@@ -34,6 +34,7 @@ from starlette.routing import BaseRoute, Route
 
 from memsvc.domain.limits import MAX_REQUEST_BYTES
 from memsvc.transports.http.hosts import HostCheck, HostPolicy
+from memsvc.transports.wire import refusal_of_bytes, refusal_of_json
 from memsvc.v1 import memory_pb2 as pb
 
 SERVICE = "memsvc.v1.MemoryService"
@@ -141,6 +142,25 @@ def _denied(denial: Refusal) -> Response:
     )
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique (as json_format.Parse requires)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise ValueError("a JSON object repeats a key")
+    return value
+
+
+def _invalid(field: str, why: str) -> Response:
+    """INVALID_ARGUMENT naming the field, with the BadRequest detail gRPC callers get."""
+    violation = error_details_pb2.BadRequest.FieldViolation(field=field, description=why)
+    detail = error_details_pb2.BadRequest(field_violations=[violation])
+    return _error(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"{field}: {why}",
+        [{"type": "google.rpc.BadRequest", "value": _b64(detail.SerializeToString())}],
+    )
+
+
 async def _read_body(request: Request, max_body: int) -> bytes | None:
     """The body, or None past `max_body` (read no further than that)."""
     declared = _ascii_number(request.headers.get("content-length", "").strip(), 20)
@@ -216,11 +236,19 @@ def connect_app(
         message = method.request()
         try:
             if kind == "application/json":
-                json_format.Parse(body or b"{}", message)
+                parsed = json.loads(body or b"{}", object_pairs_hook=_unique_keys)
+                refused = refusal_of_json(method.name, parsed) if isinstance(parsed, dict) else None
+                if refused is None:
+                    json_format.ParseDict(parsed, message)
             else:
-                message.ParseFromString(body)
-        except (json_format.ParseError, DecodeError, UnicodeDecodeError) as exc:
+                refused = refusal_of_bytes(method.name, body)
+                if refused is None:
+                    message.ParseFromString(body)
+        except (json_format.ParseError, DecodeError, UnicodeDecodeError, ValueError) as exc:
             return _error(grpc.StatusCode.INVALID_ARGUMENT, f"request: {exc}")
+        if refused is not None:
+            field, why = refused
+            return _invalid(field, why)
         # every value: two are refused as ambiguous, as over gRPC
         metadata = [(TRANSPORT_KEY, "http")] + [("authorization", v) for v in authorization]
         try:
