@@ -307,6 +307,24 @@ def test_turn_ids_are_bounded_and_their_end_refuses_only_its_conversation(
         assert list(r.events("edge", [MAX_TURN_ID])) == [MAX_TURN_ID]
 
 
+def test_nul_is_handled_alike_on_both_logs(services_on_both: Services) -> None:
+    # issue 62, item 9: a NUL in a turn was INTERNAL on PostgreSQL, and the other
+    # conversation of the call was not written; SQLite took it. Now, on both: removed from
+    # a turn's text (it means nothing there), refused in a payload (kept exactly as sent)
+    svc = services_on_both
+    texts = svc.ingest.append([turn("nul", 0, "pass\x00port"), turn("fine", 0, "a turn")])
+    assert texts.accepted == 2 and not texts.errors
+    payloads = svc.ingest.append(
+        [turn("nul", 1, "b", payload="raw\x00item"), turn("fine", 1, "another turn")]
+    )
+    assert payloads.accepted == 1
+    assert "events[0].payload: must not contain U+0000" in payloads.errors[0].message
+    with svc.log.snapshot() as r:
+        assert r.events("nul", [0])[0].text == "passport"
+        assert sorted(r.events("fine", [0, 1])) == [0, 1]
+        assert not r.events("nul", [1])
+
+
 def test_payload_comes_back_exactly_and_is_never_searched(services: Services) -> None:
     """MemoryEvent.payload (issue 39): an agent framework's raw item, kept as sent and
     returned by export, never in a chunk or a search; part of the turn's content (a new

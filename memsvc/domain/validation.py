@@ -135,6 +135,9 @@ def conversation_events(
     return out
 
 
+NUL = "\x00"
+
+
 def event(e: MemoryEvent, field: str, max_text_chars: int = MAX_TURN_CHARS) -> MemoryEvent:
     """The event in normal form (id, names), every limit checked on that form."""
     conv = conversation_id(e.conversation_id, f"{field}.conversation_id")
@@ -151,9 +154,20 @@ def event(e: MemoryEvent, field: str, max_text_chars: int = MAX_TURN_CHARS) -> M
         )
     if len(e.payload) > MAX_PAYLOAD_CHARS:
         raise InvalidArgument(f"{field}.payload", f"longer than {MAX_PAYLOAD_CHARS:,} characters")
+    if NUL in e.payload:
+        # kept exactly as sent, and PostgreSQL's text cannot hold U+0000: refused on both logs
+        raise InvalidArgument(f"{field}.payload", "must not contain U+0000 (NUL)")
     participants = names(e.participants, f"{field}.participants")
     speaker_name = name(e.speaker_name, f"{field}.speaker_name") if e.speaker_name else ""
-    return replace(e, conversation_id=conv, participants=participants, speaker_name=speaker_name)
+    return replace(
+        e,
+        conversation_id=conv,
+        # U+0000 means nothing in a turn and PostgreSQL's text cannot hold it: removed on
+        # both logs, as chunks remove every control character
+        text=e.text.replace(NUL, ""),
+        participants=participants,
+        speaker_name=speaker_name,
+    )
 
 
 def record(r: ChunkRecord, field: str) -> None:
