@@ -1,7 +1,8 @@
 """The pure core. No I/O, no storage, no transport: everything else depends on this package
 and it depends on nothing of memsvc.
 
-- values: `types`, `records`, `errors`, `limits`, `ids`, `hashing`;
+- values: `types`, `records`, `errors`, `limits`, `ids`, `hashing`, `pages` (pages cut by
+  bytes);
 - input: `text` (cleaning, RFC 3339), `validation`, `oversize`;
 - chunks: `chunking`, `prefix` (context prefixes, intent tags), `standing` (standing
   instructions), `vectors` (what a chunk's vector is made of);

@@ -31,5 +31,8 @@ MAX_BATCH_TEXTS = 256
 MAX_TOP_K = 100
 # A request message, by default (MEMSVC_MAX_REQUEST_MB): gRPC and HTTP read it whole first.
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
+# A response message, at most (gRPC's send limit on the server): every memsvc client (the
+# CLI, the MCP gateway, the HTTP bridge, memsvc-client) receives up to this.
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 MAX_TURN_BUDGET = 1000  # turns a search's hits may cover in all
 MAX_FILTER_VALUES = 1000  # values per list in SearchFilters

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -14,6 +14,7 @@ from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import InvalidArgument
 from memsvc.domain.limits import MAX_TURN_CHARS
 from memsvc.domain.oversize import Oversize
+from memsvc.domain.pages import cut, utf8_size
 from memsvc.domain.records import Conversation, EventRow
 from memsvc.domain.text import clean_text, normal_id
 from memsvc.domain.types import (
@@ -27,7 +28,7 @@ from memsvc.domain.types import (
     TurnRange,
     UpsertResult,
 )
-from memsvc.ports import ChunkStore, Embedder, EventLog, LogWriter, WriterLocks
+from memsvc.ports import ChunkStore, Embedder, EventLog, LogReader, LogWriter, WriterLocks
 from memsvc.services.projection import Projector, Replan
 from memsvc.services.turns import (
     TurnsDeleted,
@@ -289,7 +290,7 @@ class IngestService:
             first = r.nth_newest_live_turn(conv, last) if last and not page_token else None
             if first is not None:
                 after = first - 1
-            rows = r.events_after(conv, after, size + 1)
+            rows, more = cut(_live_events(r, conv, after), _event_size, size)
         page = [
             MemoryEvent(
                 conversation_id=e.conversation_id,
@@ -301,9 +302,8 @@ class IngestService:
                 speaker_name=e.speaker_name,
                 payload=e.payload,
             )
-            for e in rows[:size]
+            for e in rows
         ]
-        more = len(rows) > size
         token = base64.urlsafe_b64encode(f"t:{page[-1].turn_id}".encode()).decode() if more else ""
         return page, token
 
@@ -337,9 +337,8 @@ class IngestService:
                 r.metadata.turn_range.end,
             ),
         )
-        page = rows[offset : offset + size]
-        more = offset + size < len(rows)
-        return ChunkPage(page, _encode_page_token(offset + size) if more else "")
+        page, more = cut(rows[offset:], _chunk_size, size)
+        return ChunkPage(page, _encode_page_token(offset + len(page)) if more else "")
 
 
 def _build_version(tx: LogWriter, row: Conversation, requested: int) -> int:
@@ -387,3 +386,29 @@ def _decode_page_token(token: str) -> int:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
     raise InvalidArgument("page_token", "not a token from a previous ListChunks response")
+
+
+# Events read per query while a page fills: a page of long turns never loads much more
+# than it returns.
+EXPORT_READ_BATCH = 32
+
+
+def _live_events(r: LogReader, conv: str, after: int) -> Iterator[EventRow]:
+    """The conversation's live events after turn `after`, in turn order, read lazily."""
+    while True:
+        rows = r.events_after(conv, after, EXPORT_READ_BATCH)
+        yield from rows
+        if len(rows) < EXPORT_READ_BATCH:
+            return
+        after = rows[-1].turn_id
+
+
+def _event_size(e: EventRow) -> int:
+    return utf8_size(
+        e.conversation_id, e.text, e.payload, e.timestamp, e.speaker_name, *e.participants
+    )
+
+
+def _chunk_size(r: ChunkRecord) -> int:
+    m = r.metadata
+    return utf8_size(r.chunk_id, r.text, m.conversation_id, *m.participants, m.intent_tag)

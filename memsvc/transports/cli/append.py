@@ -13,10 +13,13 @@ from typing import Any
 from google.protobuf import json_format
 from rich.progress import Progress
 
+from memsvc.domain.pages import cut
 from memsvc.transports.cli.connection import Stub, err, out, progress
 from memsvc.v1 import memory_pb2 as pb
 
-BATCH = 500  # events per AppendEvents call
+BATCH = 500  # events per AppendEvents call, at most
+# Bytes per call, at most: within MEMSVC_MAX_REQUEST_MB (default 16) with room to spare.
+BATCH_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
@@ -133,15 +136,22 @@ def _read_messages(path: str, conversation_id: str, first_turn: int) -> _Parsed:
 
 
 def _batches(events: list[pb.MemoryEvent]) -> list[list[pb.MemoryEvent]]:
-    """Per conversation, in turn order, cut into batches of at most BATCH: a file whose
-    lines are out of order still arrives gap-free."""
+    """Per conversation, in turn order, cut into batches of at most BATCH events and
+    BATCH_BYTES (a turn larger than that goes alone): a file whose lines are out of order
+    still arrives gap-free, and no batch passes the server's request limit."""
     by_conv: dict[str, list[pb.MemoryEvent]] = {}
     for e in events:
         by_conv.setdefault(e.conversation_id, []).append(e)
     out: list[list[pb.MemoryEvent]] = []
     for conv in by_conv:
         turns = sorted(by_conv[conv], key=lambda e: e.turn_id)
-        out += [turns[i : i + BATCH] for i in range(0, len(turns), BATCH)]
+        start = 0
+        while start < len(turns):
+            batch, _ = cut(
+                turns[start : start + BATCH], pb.MemoryEvent.ByteSize, BATCH, BATCH_BYTES
+            )
+            out.append(batch)
+            start += len(batch)
     return out
 
 

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import grpc
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from memsvc.transports.channel import client_channel
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 
 out = Console()
@@ -34,13 +34,7 @@ class Stub:
 
 @contextmanager
 def connect(args: argparse.Namespace) -> Iterator[Stub]:
-    if args.ca_file:
-        with open(args.ca_file, "rb") as f:
-            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
-        channel = grpc.secure_channel(args.target, creds)
-    else:
-        channel = grpc.insecure_channel(args.target)
-    with channel:
+    with client_channel(args.target, args.ca_file) as channel:
         yield Stub(pb_grpc.MemoryServiceStub(channel), args.token)  # type: ignore[no-untyped-call]
 
 

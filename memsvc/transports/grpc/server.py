@@ -20,7 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from memsvc.app import Services, build_services
 from memsvc.config import Settings
 from memsvc.domain.errors import FailedPrecondition
-from memsvc.domain.limits import MAX_REQUEST_BYTES
+from memsvc.domain.limits import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 from memsvc.observability import metrics
 from memsvc.storage import datadir
 from memsvc.storage.postgres.database import DatabaseUnreachable
@@ -223,7 +223,7 @@ def start_server(
         options=[
             # read whole before any interceptor sees the token: kept small
             ("grpc.max_receive_message_length", max_request_bytes),
-            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
         ],
     )
     servicer = MemoryServicer(

@@ -15,7 +15,7 @@ import grpc
 import uvicorn
 from starlette.routing import BaseRoute
 
-from memsvc.domain.limits import MAX_REQUEST_BYTES
+from memsvc.domain.limits import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 from memsvc.transports.http.connect import Gate, connect_app
 from memsvc.transports.http.hosts import HostPolicy
 
@@ -60,8 +60,8 @@ class HttpServer:
         self._channel = grpc.insecure_channel(
             bridge_target,
             options=[
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                ("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),
+                ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
             ],
         )
         config = uvicorn.Config(

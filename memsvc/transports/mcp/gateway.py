@@ -19,6 +19,7 @@ from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 from mcp.server.mcpserver.exceptions import ToolError
 
+from memsvc.transports.channel import client_channel
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 
@@ -88,12 +89,7 @@ class MemoryGateway:
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        if target.ca_file:
-            with open(target.ca_file, "rb") as f:
-                creds = grpc.ssl_channel_credentials(root_certificates=f.read())
-            self._channel = grpc.secure_channel(target.address, creds)
-        else:
-            self._channel = grpc.insecure_channel(target.address)
+        self._channel = client_channel(target.address, target.ca_file)
         self._stub = pb_grpc.MemoryServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self._checked: dict[str, tuple[bool, float]] = {}
         self._mutex = threading.Lock()
