@@ -14,7 +14,10 @@ MAX_TURN_ID = 2**53 - 1
 # Characters of one turn's text. Longer turns are split into pieces by the chunker.
 MAX_TURN_CHARS = 1_024_000  # the ceiling of MEMSVC_MAX_TURN_CHARS (default 100,000)
 # Characters of an event's payload (kept as sent, never searched: an agent's raw item).
-MAX_PAYLOAD_CHARS = 1_024_000
+# 3,000,000 holds the tool outputs agent frameworks store whole (a 1.35M-character one broke
+# an Agents SDK run), and with the largest text still fits the default 16 MiB request in
+# 4-byte characters (4.1 + 12 MB).
+MAX_PAYLOAD_CHARS = 3_000_000
 MAX_NAME_CHARS = 256  # a participant or speaker name
 MAX_PARTICIPANTS = 64  # names per event, and per chunk (the first 64 in turn order)
 MAX_TIMESTAMP_CHARS = 64  # RFC 3339 needs at most 35; the store column holds 64

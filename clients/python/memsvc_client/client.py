@@ -126,6 +126,25 @@ class MemsvcError(Exception):
         )
 
 
+class RefusedEvents(ValueError):
+    """An append that memsvc answered, refusing some events: their conversations were not
+    written (nothing half-written). `errors` are memsvc's, each message naming the field
+    (`events[2].payload: longer than ...`)."""
+
+    def __init__(self, what: str, errors: Sequence[pb.RecordError]) -> None:
+        self.errors = list(errors)
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(f"memsvc refused the {what}: {errors[0].message}{more}")
+
+
+def written(reply: pb.AppendEventsResponse, what: str = "events") -> pb.AppendEventsResponse:
+    """The reply of an append whose every event was written; else RefusedEvents. Adapters
+    call it: a refused write is never dropped silently."""
+    if reply.errors:
+        raise RefusedEvents(what, reply.errors)
+    return reply
+
+
 class MemoryClient:
     """memsvc at `target`. `token`: a bearer token when authentication is on; `ca_file`: a
     PEM CA to trust (TLS); `attempts`: tries per call while the server is UNAVAILABLE."""

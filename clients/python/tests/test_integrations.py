@@ -8,7 +8,7 @@ import asyncio
 import grpc
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
-from memsvc_client import AsyncMemoryClient, MemoryClient, MemsvcError
+from memsvc_client import AsyncMemoryClient, MemoryClient, MemsvcError, RefusedEvents
 from memsvc_client.integrations.langchain import MemsvcChatMessageHistory, MemsvcRetriever
 
 from .test_client import (
@@ -58,6 +58,37 @@ class LangChainTest(ServerTestCase):
         with MemoryClient(self.target, token=WRITER) as client:
             said = [str(m.content) for m in MemsvcChatMessageHistory("lc-shared", client).messages]
         check_writers_kept(self, said, 15)
+
+    def test_a_refused_message_raises_naming_the_field_and_a_huge_one_is_kept(self) -> None:
+        # issue 63, item 2: add_messages never read AppendEventsResponse.errors; a message
+        # memsvc refused was dropped silently with the call's other messages. Now it raises,
+        # naming the field; a 1.2M-character tool output (under the payload limit) is kept
+        # whole, as the in-memory history keeps it.
+        huge = "log line 42 ok\n" * 80_000  # 1.2M characters
+        too_big = "x" * 3_100_000  # over the 3,000,000-character payload limit
+        with MemoryClient(self.target, token=WRITER) as client:
+            history = MemsvcChatMessageHistory("lc-limits", client)
+            with self.assertRaises(RefusedEvents) as refused:
+                history.add_messages(
+                    [HumanMessage("a short one"), ToolMessage(too_big, tool_call_id="t")]
+                )
+            self.assertIn("payload", str(refused.exception))
+            self.assertIsInstance(refused.exception, ValueError)
+            self.assertEqual(history.messages, [])  # nothing half-written
+            kept = [HumanMessage("dump the log"), ToolMessage(huge, tool_call_id="t1")]
+            history.add_messages(kept)
+            self.assertEqual(history.messages, kept)
+
+            async def refused_async() -> str:
+                async with AsyncMemoryClient(self.target, token=WRITER) as aclient:
+                    async_history = MemsvcChatMessageHistory("lc-limits-a", async_client=aclient)
+                    try:
+                        await async_history.aadd_messages([HumanMessage(too_big)])
+                    except RefusedEvents as exc:
+                        return str(exc)
+                    return ""
+
+            self.assertIn("payload", asyncio.run(refused_async()))
 
     def test_chat_history_round_trip_from_two_writers(self) -> None:
         with MemoryClient(self.target, token=WRITER) as client:

@@ -224,6 +224,74 @@ class SharedMemoryTest(ServerTestCase):
         self.assertEqual(seen[1]["call_id"], "call_9")
         self.assertIn("4417", seen[2]["output"])
 
+    def test_a_run_whose_tool_returns_a_huge_output_keeps_every_item(self) -> None:
+        # issue 63, item 4: a tool returned 1.35M characters; Runner.run raised after the
+        # model answered and the session kept 1 of 4 items (SQLiteSession kept them all).
+        # Now the item is stored whole and searchable by the head of its text.
+        huge = "row 12345: ok; " * 90_000  # 1.35M characters
+
+        @function_tool
+        def dump_table(name: str) -> str:
+            """Every row of a table."""
+            return huge
+
+        model = ScriptedModel()
+        agent = Agent(name="assistant", model=model, tools=[dump_table])
+        call = ResponseFunctionToolCall(
+            id="fc_1",
+            call_id="call_1",
+            type="function_call",
+            name="dump_table",
+            arguments='{"name": "orders"}',
+            status="completed",
+        )
+        model.script = [[call], [_message("The table has 90,000 rows.")]]
+
+        async def run() -> list[TResponseInputItem]:
+            session = MemsvcSession("oa-huge", self.target, token=WRITER)
+            result = await Runner.run(agent, "Dump the orders table.", session=session)
+            self.assertEqual(result.final_output, "The table has 90,000 rows.")
+            items = await session.get_items()
+            await session.close()
+            return items
+
+        items = asyncio.run(run())
+        self.assertEqual(
+            [i.get("type", "message") for i in items],
+            ["message", "function_call", "function_call_output", "message"],
+        )
+        self.assertEqual(items[2]["output"], huge)  # whole, not cut
+
+    def test_session_settings_as_the_sdk_takes_them(self) -> None:
+        # issue 63: session_settings={"limit": 0}, a dict the SDK accepts, crashed get_items;
+        # the default is SessionSettings(), as SQLiteSession's; limits as SQLiteSession reads
+        # them (0: nothing; negative: everything)
+        from agents.memory.session_settings import SessionSettings
+
+        async def flow() -> None:
+            items: list[TResponseInputItem] = [
+                {"role": "user", "content": f"Message {i}"} for i in range(3)
+            ]
+            writer = MemsvcSession("oa-settings", self.target, token=WRITER)
+            await writer.add_items(items)
+            self.assertEqual(writer.session_settings, SessionSettings())
+            for settings, expected in (
+                ({"limit": 0}, []),
+                ({"limit": 2}, items[-2:]),
+                ({"limit": -1}, items),
+                (SessionSettings(limit=1), items[-1:]),
+                ({}, items),
+            ):
+                session = MemsvcSession(
+                    "oa-settings", self.target, token=WRITER, session_settings=settings
+                )
+                self.assertEqual(await session.get_items(), expected, settings)
+                self.assertEqual(await session.get_items(limit=3), items)
+                await session.close()
+            await writer.close()
+
+        asyncio.run(flow())
+
     def test_two_processes_share_one_session_and_lose_nothing(self) -> None:
         writer = (
             "import asyncio, sys\n"

@@ -16,7 +16,10 @@ How ADK's types map onto memsvc:
   "assistant" with the agent's name as speaker_name; an event answering a function call ->
   "system". The turn's text is what the event says (its text parts, a function call's name
   and arguments, a function response); its timestamp is the event's. The event's JSON is the
-  turn's `payload`, so `events()` gives the events back exactly.
+  turn's `payload`, so `events()` gives the events back exactly. An event is kept whole (up
+  to memsvc's 3,000,000-character payload) and searched by the head of its text
+  (`max_text_chars`); an add memsvc refuses raises `RefusedEvents` (a ValueError naming the
+  field), and none of its events is kept.
 - Adding is idempotent by event id: `add_session_to_memory` may be called again as a
   session grows, and adds only events not yet kept (`add_events_to_memory` too). Two
   processes adding the same new events at the same moment may both add them.
@@ -39,7 +42,7 @@ from google.adk.memory.memory_entry import MemoryEntry
 from google.genai import types
 
 from memsvc_client.aio import ClientPerLoop
-from memsvc_client.client import MemsvcError, search_request
+from memsvc_client.client import MemsvcError, search_request, written
 from memsvc_client.integrations._hits import said_lines
 from memsvc_client.integrations._ids import joined_id
 from memsvc_client.v1 import memory_pb2 as pb
@@ -137,9 +140,7 @@ class MemsvcMemoryService(BaseMemoryService):
         if not new:
             return
         turns = [to_turn(conversation, e, self.max_text_chars) for e in new]
-        reply = await self._clients.get().append(turns, assign_turn_ids=True)
-        if reply.errors:  # nothing was written: say why, never drop silently
-            raise ValueError(f"memsvc refused the events: {reply.errors[0].message}")
+        written(await self._clients.get().append(turns, assign_turn_ids=True))
 
     async def events(self, *, app_name: str, user_id: str) -> list[Event]:
         """Every event kept for this user, in the order added, exactly as added."""

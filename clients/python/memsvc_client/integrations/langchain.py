@@ -16,6 +16,9 @@
   client wrote (no payload) come back as human, AI or system messages of their text.
   `clear()` deletes the conversation's turns (LogicalDeleteBySource); later messages get
   new ids, and deleted turns never come back.
+- A message is kept whole (its payload, up to memsvc's 3,000,000 characters) and searched by
+  the head of its text (MAX_TEXT_CHARS). A write memsvc refuses raises `RefusedEvents` (a
+  ValueError naming the field); none of the call's messages is kept.
 
 `MemsvcRetriever(BaseRetriever)`: memsvc search as LangChain documents. Each hit is a
 `Document` whose page_content is the chunk's text and whose metadata holds chunk_id,
@@ -48,7 +51,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
 from memsvc_client.aio import AsyncMemoryClient
-from memsvc_client.client import MemoryClient
+from memsvc_client.client import MemoryClient, written
 from memsvc_client.v1 import memory_pb2 as pb
 
 # By message type (BaseMessage.type): who speaks in memsvc's turns.
@@ -117,7 +120,7 @@ class MemsvcChatMessageHistory(BaseChatMessageHistory):
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         events = [to_event(self.session_id, m) for m in messages]
         if events:
-            self._sync().append(events, assign_turn_ids=True, wait=self.wait)
+            written(self._sync().append(events, assign_turn_ids=True, wait=self.wait), "messages")
 
     def clear(self) -> None:
         self._sync().delete(self.session_id)
@@ -132,7 +135,8 @@ class MemsvcChatMessageHistory(BaseChatMessageHistory):
             return await super().aadd_messages(messages)
         events = [to_event(self.session_id, m) for m in messages]
         if events:
-            await self.async_client.append(events, assign_turn_ids=True, wait=self.wait)
+            reply = await self.async_client.append(events, assign_turn_ids=True, wait=self.wait)
+            written(reply, "messages")
 
     async def aclear(self) -> None:
         if self.async_client is None:

@@ -15,6 +15,9 @@ How LlamaIndex's types map onto memsvc:
 - Each `ChatMessage` is one turn. Its JSON (`model_dump_json`, without the `session_id` the
   `Memory` adds) is the turn's `payload`, so `messages()` gives back the messages exactly.
   The turn's `text` is what the message says: its text blocks, `[<role>]` when it has none.
+  A message is kept whole (its payload, up to memsvc's 3,000,000 characters) and searched
+  by the head of its text (`max_text_chars`); a put memsvc refuses raises `RefusedEvents`
+  (a ValueError naming the field), and none of its messages is kept.
 - Speaker: role user -> "user"; assistant, model and chatbot -> "assistant"; system,
   developer, tool and function -> "system".
 - Turn ids and timestamps are the server's (`assign_turn_ids`): several processes may put
@@ -36,7 +39,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from pydantic import Field, PrivateAttr
 
 from memsvc_client.aio import ClientPerLoop
-from memsvc_client.client import MemsvcError, search_request
+from memsvc_client.client import MemsvcError, search_request, written
 from memsvc_client.integrations._hits import said_lines
 from memsvc_client.v1 import memory_pb2 as pb
 
@@ -137,9 +140,7 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
         conversation = self._conversation(session_id)
         for event in events:
             event.conversation_id = conversation
-        reply = await self._clients.get().append(events, assign_turn_ids=True)
-        if reply.errors:  # nothing was written: say why, never drop silently
-            raise ValueError(f"memsvc refused the messages: {reply.errors[0].message}")
+        written(await self._clients.get().append(events, assign_turn_ids=True), "messages")
 
     async def messages(self, session_id: str | None = None) -> list[ChatMessage]:
         """Every message kept in the conversation, in order, exactly as put."""

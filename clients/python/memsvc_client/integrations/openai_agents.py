@@ -15,13 +15,17 @@ How the SDK's items map onto memsvc:
   content (or the text parts of its content list), a function call's name and arguments, a
   tool's output, a reasoning summary; `[<type>]` when it says nothing. At most
   `max_text_chars` of it (the server's `MEMSVC_MAX_TURN_CHARS`, 100,000 by default): a huge
-  tool output is searchable by its head and still comes back whole.
+  tool output is searchable by its head and still comes back whole. An item whose JSON is
+  over memsvc's payload limit (3,000,000 characters) is refused: `add_items` raises
+  `RefusedEvents` (a ValueError) naming the field, and none of the call's items is kept.
 - Speaker: role user -> "user"; role assistant, and calls the model makes (function,
   computer, search calls, reasoning) -> "assistant"; role system or developer, and the
   outputs of calls -> "system".
 - Turn ids and timestamps are the server's (`assign_turn_ids`: the ids after the
   conversation's last turn, the time of receipt): writers in several processes never
   collide, and each call's items stay in order.
+- `session_settings` (a `SessionSettings` or a dict, as the SDK's sessions take it) gives
+  `get_items` its default limit; 0 reads nothing, a negative limit everything.
 - `get_items(limit)` reads only the newest `limit` turns (`ExportEventsRequest.last`), and
   `pop_item` only the newest one: neither grows with the conversation.
 - `pop_item` deletes the newest live turn and returns its item; `clear_session` deletes
@@ -41,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from memsvc_client.aio import AsyncMemoryClient, ClientPerLoop
-from memsvc_client.client import MemsvcError
+from memsvc_client.client import MemsvcError, written
 from memsvc_client.v1 import memory_pb2 as pb
 
 if TYPE_CHECKING:
@@ -104,11 +108,18 @@ class MemsvcSession:
         *,
         token: str | None = None,
         ca_file: str | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         max_text_chars: int = 100_000,
     ) -> None:
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings
+
         self.session_id = session_id
-        self.session_settings = session_settings
+        # as SQLiteSession: a dict is coerced, None is SessionSettings()
+        self.session_settings: SessionSettings = (
+            coerce_session_settings(session_settings)
+            if session_settings is not None
+            else SessionSettings()
+        )
         self.max_text_chars = max_text_chars
         self._clients = ClientPerLoop(target, token=token, ca_file=ca_file)
 
@@ -117,9 +128,11 @@ class MemsvcSession:
         return self._clients.get()
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        if limit is None and self.session_settings is not None:
+        if limit is None:
             limit = self.session_settings.limit
-        if limit is not None and limit <= 0:
+        if limit is not None and limit < 0:
+            limit = None  # as SQLiteSession reads a negative limit: every item
+        if limit == 0:
             return []
         # the server reads only the newest `limit`; the slice keeps older servers exact
         events = await self._client.export(self.session_id, last=limit or 0)
@@ -141,9 +154,7 @@ class MemsvcSession:
                     payload=json.dumps(item, ensure_ascii=False),
                 )
             )
-        reply = await self._client.append(events, assign_turn_ids=True)
-        if reply.errors:  # the conversation was not written: say why, never drop silently
-            raise ValueError(f"memsvc refused the items: {reply.errors[0].message}")
+        written(await self._client.append(events, assign_turn_ids=True), "items")
 
     async def pop_item(self) -> TResponseInputItem | None:
         while True:
