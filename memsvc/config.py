@@ -105,6 +105,13 @@ class Settings(BaseSettings):
     onnx_threads: int = Field(
         0, ge=0, description="threads of each ONNX Runtime session; 0 = usable CPU cores"
     )
+    tune_repeats: int = Field(
+        7,
+        ge=1,
+        le=100,
+        description="timed calls per runtime and shape when the local model's runtimes are"
+        " measured (first start on a machine, memsvc tune): more on a noisy machine",
+    )
     max_turn_chars: int = Field(
         100_000,
         ge=1,

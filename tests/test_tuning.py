@@ -29,6 +29,13 @@ from memsvc.embedding.tuning import (
 )
 from tests.conftest import make_settings
 
+# the module's shared fixture starts once: every test of it on one worker (make test: loadgroup)
+pytestmark = pytest.mark.xdist_group("tuning-runtimes")
+
+# Timed calls per runtime and shape in these tests: what is tested is the choice and its
+# record, not the measurement's precision (the delays below dwarf the noise).
+QUICK = 3
+
 
 class _Slowed:
     """A real backend made slower (as a runtime starved of threads or cores would): each
@@ -80,7 +87,7 @@ def test_a_slowed_runtime_loses_its_path(
 ) -> None:
     machine = machine_facts("k", {"torch": 2, "onnx": 2})
     record = tmp_path / "tuning.json"
-    first, fresh = tuned(record, machine, runtimes, _tokenize(embedder))  # type: ignore[arg-type]
+    first, fresh = tuned(record, machine, runtimes, _tokenize(embedder), repeats=QUICK)  # type: ignore[arg-type]
     assert fresh and set(first.timings_ms) == {"torch", "onnx"}
     for path in PATHS:  # the choice is the fastest measured
         chosen = getattr(first, path)
@@ -92,7 +99,7 @@ def test_a_slowed_runtime_loses_its_path(
         loser = "onnx" if winner == "torch" else "torch"
         delay_s = 2 * first.timings_ms[loser][path] / 1000
         slowed[winner][path] = _Slowed(runtimes[winner][path], runtimes[loser][path], delay_s)
-    second, fresh = tuned(record, machine, slowed, _tokenize(embedder), again=True)  # type: ignore[arg-type]
+    second, fresh = tuned(record, machine, slowed, _tokenize(embedder), True, QUICK)  # type: ignore[arg-type]
     assert fresh
     for path in PATHS:
         assert getattr(second, path) != getattr(first, path), path
@@ -104,16 +111,16 @@ def test_the_record_holds_while_the_machine_is_the_same(
 ) -> None:
     machine = machine_facts("k", {"torch": 2, "onnx": 2})
     record = tmp_path / "tuning.json"
-    first, _ = tuned(record, machine, runtimes, _tokenize(embedder))  # type: ignore[arg-type]
-    again, fresh = tuned(record, machine, runtimes, _tokenize(embedder))  # type: ignore[arg-type]
+    first, _ = tuned(record, machine, runtimes, _tokenize(embedder), repeats=QUICK)  # type: ignore[arg-type]
+    again, fresh = tuned(record, machine, runtimes, _tokenize(embedder), repeats=QUICK)  # type: ignore[arg-type]
     assert not fresh and again == first
     # another thread setting (or CPU, cores, library version): measured anew
     fewer = machine_facts("k", {"torch": 1, "onnx": 2})
-    other, fresh = tuned(record, fewer, runtimes, _tokenize(embedder))  # type: ignore[arg-type]
+    other, fresh = tuned(record, fewer, runtimes, _tokenize(embedder), repeats=QUICK)  # type: ignore[arg-type]
     assert fresh and other.machine["threads"] == {"torch": 1, "onnx": 2}
     # a damaged record is measured again, not trusted
     record.write_text("{not json")
-    _, fresh = tuned(record, fewer, runtimes, _tokenize(embedder))  # type: ignore[arg-type]
+    _, fresh = tuned(record, fewer, runtimes, _tokenize(embedder), repeats=QUICK)  # type: ignore[arg-type]
     assert fresh and load(record) is not None
 
 
@@ -125,7 +132,10 @@ def test_servers_starting_together_measure_once(
     record = tmp_path / "cache" / "tuning.json"
     with ThreadPoolExecutor(2) as pool:
         results = list(
-            pool.map(lambda _: tuned(record, machine, runtimes, _tokenize(embedder)), range(2))  # type: ignore[arg-type]
+            pool.map(
+                lambda _: tuned(record, machine, runtimes, _tokenize(embedder), repeats=QUICK),
+                range(2),
+            )  # type: ignore[arg-type]
         )
     assert sorted(fresh for _, fresh in results) == [False, True]
     assert results[0][0] == results[1][0]
@@ -153,6 +163,7 @@ def test_a_forced_backend_runs_both_paths(tmp_path: Path, embedder: Embedder) ->
 
 def test_memsvc_tune_measures_records_and_says_why(tmp_path: Path) -> None:
     env = {**os.environ, "MEMSVC_ONNX_THREADS": "1", "MEMSVC_EMBED_BACKEND": "torch"}
+    env["MEMSVC_TUNE_REPEATS"] = str(QUICK)
     env.pop("MEMSVC_MODEL_CACHE_DIR", None)  # the record goes to this data dir
     run = subprocess.run(
         [sys.executable, "-m", "memsvc", "tune", "--data-dir", str(tmp_path), "--json"],

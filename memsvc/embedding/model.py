@@ -375,6 +375,7 @@ def load_local_embedder(settings: Settings, tune_again: bool = False) -> Embedde
         cache_dir / model_files_key(model_dir, name),
         threads,
         again=tune_again,
+        repeats=settings.tune_repeats,
     )
     embedder = Embedder(
         flag.tokenizer,

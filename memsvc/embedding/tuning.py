@@ -154,9 +154,11 @@ def tuned(
     runtimes: Mapping[str, Mapping[str, ModelBackend]],
     tokenize: Callable[[Sequence[str]], Batch],
     again: bool = False,
+    repeats: int = REPEATS,
 ) -> tuple[Tuning, bool]:
-    """The recorded tuning for this machine, else a new one, measured and recorded; and
-    whether it was measured now. `again` measures regardless (`memsvc tune`)."""
+    """The recorded tuning for this machine, else a new one, measured (`repeats` timed
+    calls per runtime and shape) and recorded; and whether it was measured now. `again`
+    measures regardless (`memsvc tune`)."""
 
     def recorded() -> Tuning | None:
         known = load(record)
@@ -177,7 +179,7 @@ def tuned(
             "query": [tokenize([QUERY_TEXT])],
             "passage": [tokenize([passage_texts(n)] * count) for count, n in PASSAGE_SHAPES],
         }
-        tuning = choose(measure(runtimes, shapes), machine)
+        tuning = choose(measure(runtimes, shapes, repeats), machine)
         save(record, tuning)
     return tuning, True
 
@@ -222,6 +224,7 @@ def select_runtimes(
     export_dir: Path,
     threads: Mapping[str, int],
     again: bool = False,
+    repeats: int = REPEATS,
 ) -> Runtimes:
     """torch or onnx for both paths when `wanted` names one (onnx unusable is then a
     start-up error); `auto` measures every usable runtime (torch alone when the export
@@ -252,7 +255,7 @@ def select_runtimes(
     elif len(available) == 1:
         tuning = Tuning("torch", "torch", {}, machine, "", forced=True)
     else:
-        tuning, fresh = tuned(export_dir / "tuning.json", machine, paths, tokenize, again)
+        tuning, fresh = tuned(export_dir / "tuning.json", machine, paths, tokenize, again, repeats)
         log.info(
             "embed_runtimes_tuned" if fresh else "embed_runtimes_recorded",
             query=tuning.query,
