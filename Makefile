@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: run test docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
+.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,11 +26,21 @@ $(VENV)/.dev: $(VENV)/.base
 run: $(VENV)/.base
 	$(VENV)/bin/memsvc serve $(ARGS)
 
-# Two pytest workers: most tests wait on child servers, the model or Milvus Lite, so two
-# processes on two cores finish in ~5 min instead of ~8.
+# Two pytest workers: most tests wait on child servers, the model or Milvus Lite. Tests that
+# share a module's server carry an xdist_group mark (loadgroup): one worker runs them all,
+# so that server starts once. The slowest tests are printed at the end (the profile in
+# docs/development.md).
 TEST_WORKERS ?= 2
 test: $(VENV)/.dev
-	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
+
+# The edit loop: lint, then the tests that need no server, model or database (seconds).
+CHECK_TESTS := tests/test_config.py tests/test_text.py tests/test_prefix.py tests/test_terms.py \
+	tests/test_deadline.py tests/test_docs.py tests/test_model_identity.py \
+	tests/integration/test_dns_rebinding.py::test_host_policy \
+	tests/integration/test_dns_rebinding.py::test_origin_policy
+check: lint
+	$(PY) -m pytest -q -p no:cacheprovider $(CHECK_TESTS) $(PYTEST_ARGS)
 
 # Three replicas on one PostgreSQL log and one Milvus server, in child processes (in order:
 # the tests share the fleet; one kills a replica, the last restarts the database).
@@ -51,8 +61,10 @@ test-browser: $(VENV)/.dev
 		$(PY) -m pytest -q -m browser -p no:cacheprovider tests/browser $(PYTEST_ARGS)
 
 # Embedding through a real OpenAI-compatible server: Infinity (in .venv-infinity, torch
-# first as for memsvc) serving the bundled model. The search and integrity suites run
-# again through it, then tests/embedders (parity, faults, identity, the slim install).
+# first as for memsvc) serving the bundled model. What differs between providers runs
+# again through it: search, chunking (the server's token counts), the write path's
+# integrity and its state machine, on the SQLite log only (the log does not meet the
+# embedder); then tests/embedders (parity, faults, identity, the slim install).
 INFINITY_VENV := .venv-infinity
 $(INFINITY_VENV)/.done: tests/infinity-requirements.txt
 	test -x $(INFINITY_VENV)/bin/python || $(PYTHON) -m venv $(INFINITY_VENV)
@@ -61,11 +73,11 @@ $(INFINITY_VENV)/.done: tests/infinity-requirements.txt
 	touch $@
 infinity-venv: $(INFINITY_VENV)/.done
 
-REMOTE_SUITES := tests/test_search.py tests/test_integrity.py tests/test_integrity_v3.py \
-	tests/test_integrity_stateful.py tests/test_chunking.py
+REMOTE_SUITES := tests/test_search.py tests/test_integrity.py tests/test_integrity_stateful.py \
+	tests/test_chunking.py
 test-embedders: $(VENV)/.dev $(INFINITY_VENV)/.done
 	$(PY) -m tests.support.embedding_server $(PY) -m pytest -q -n $(TEST_WORKERS) \
-		-p no:cacheprovider $(REMOTE_SUITES) $(PYTEST_ARGS)
+		-p no:cacheprovider -k "not postgres" $(REMOTE_SUITES) $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m embedders -p no:cacheprovider tests/embedders $(PYTEST_ARGS)
 
 # Long randomized run of the write-path state machine (MEMSVC_SOAK_EXAMPLES, default 1000).

@@ -29,6 +29,9 @@ from memsvc.transports.grpc.server import StoppedDuringStartup
 from tests.conftest import EN_TURNS, ZH_TURNS, make_settings
 from tests.support.faults import failing_model
 
+# the module's shared fixture starts once: every test of it on one worker (make test: loadgroup)
+pytestmark = pytest.mark.xdist_group("embedder-module")
+
 
 def test_bundled_model_dims_and_normalised(embedder: Embedder) -> None:
     assert embedder.name == BUNDLED_MODEL_NAME and embedder.dim == 384

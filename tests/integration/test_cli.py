@@ -18,6 +18,9 @@ from tests.conftest import RUNTIME_LABEL
 from tests.integration.test_operations import EXAMPLE, cli
 from tests.support.launch import free_port, start_child, wait_serving
 
+# the module's shared fixture starts once: every test of it on one worker (make test: loadgroup)
+pytestmark = pytest.mark.xdist_group("cli-server")
+
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

@@ -24,6 +24,9 @@ from memsvc.v1 import memory_pb2 as pb
 from tests.integration.test_security import TOKENS, write_tokens
 from tests.support.launch import free_port, start_child, wait_serving
 
+# the module's shared fixture starts once: every test of it on one worker (make test: loadgroup)
+pytestmark = pytest.mark.xdist_group("http-server")
+
 WRITER, READER, ADMIN = TOKENS[Role.WRITER], TOKENS[Role.READER], TOKENS[Role.ADMIN]
 
 

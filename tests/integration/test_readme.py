@@ -21,6 +21,9 @@ from google.protobuf import json_format
 from memsvc.v1 import memory_pb2 as pb
 from tests.support.launch import free_port, start_child, wait_serving
 
+# the module's shared fixture starts once: every test of it on one worker (make test: loadgroup)
+pytestmark = pytest.mark.xdist_group("readme-server")
+
 ROOT = Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text()
 DOCUMENTED = "127.0.0.1:50051"
