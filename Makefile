@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
+.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -164,6 +164,12 @@ bench-ingest: $(VENV)/.dev
 
 bench-recall: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/recall.py $(ARGS)
+
+# MemsvcSession's pop_item and clear_session against the SDK's SQLiteSession (client venv).
+bench-session: $(VENV)/.dev $(CLIENT_VENV)/.installed
+	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps \
+		--force-reinstall ./clients/python
+	MEMSVC_PYTHON=$(abspath $(PY)) $(CLIENT_VENV)/bin/python benchmarks/session_pop.py $(ARGS)
 
 bench-async: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/async_ingest.py $(ARGS)

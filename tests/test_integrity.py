@@ -22,7 +22,7 @@ from memsvc.domain.types import (
 from memsvc.embedding.model import Embedder
 from memsvc.services.turns import TurnsDeleted
 from tests.conftest import EN_TURNS, conversation, make_settings, turn
-from tests.support.waiting import worker_held
+from tests.support.waiting import until_idle, worker_held
 
 
 @pytest.fixture()
@@ -112,6 +112,42 @@ def test_1c_delete_by_chunk_id_then_next_turn_does_not_bring_text_back(
     sync(services, [turn("d1c", 3, "Sunny and warm.")])
     assert live(services, "d1c") and all("hunter2" not in t for t in live(services, "d1c").values())
     assert "hunter2" not in searchable_text(services, "d1c", "bank password hunter2")
+
+
+def test_1d_a_deferred_delete_takes_no_writer_lock_and_is_never_found_again(
+    services: Services,
+) -> None:
+    # issue 63, item 3: pop_item and clear_session waited for indexing (the writer lock,
+    # the reconcile, the neighbours' new chunks: 33-37 s at 1,000 items, DEADLINE_EXCEEDED
+    # at 3,000 after deleting). defer_store returns once the log holds the deletion, even
+    # while the conversation's writer lock is held, and the turn is never found again
+    sync(services, conversation("d1d", [SECRET, *EN_TURNS[1:]]))
+    held, release = threading.Event(), threading.Event()
+
+    def a_stuck_writer() -> None:
+        with services.locks.hold("d1d"):
+            held.set()
+            release.wait()
+
+    writer = threading.Thread(target=a_stuck_writer)
+    writer.start()
+    held.wait()
+    try:
+        result = services.deletion.delete("d1d", TurnRange(0, 0), [], defer_store=True)
+        assert (result.deleted, result.events_deleted) == (0, 1)
+        # the store still holds the chunk live (nothing reconciled it: the lock is held),
+        # yet no search and no export returns it
+        assert any("hunter2" in text for text in live(services, "d1d").values())
+        assert "hunter2" not in searchable_text(services, "d1d", "bank password hunter2")
+        exported, _ = services.ingest.export_events("d1d", 0, "")
+        assert [e.turn_id for e in exported] == [1, 2, 3, 4, 5]
+    finally:
+        release.set()
+        writer.join()
+    until_idle(services, "d1d")  # the worker did the store's part
+    assert live(services, "d1d") and all("hunter2" not in t for t in live(services, "d1d").values())
+    assert covered_turns(services, "d1d") == {1, 2, 3, 4, 5}
+    assert "hunter2" not in searchable_text(services, "d1d", "bank password hunter2")
 
 
 # -- 2. unknown chunk ids ------------------------------------------------------------------

@@ -6,8 +6,12 @@ send limit (64 MiB; the largest event allowed is about 8 MB of UTF-8)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable, Iterable
 from typing import TypeVar
+
+from memsvc.domain.errors import InvalidArgument
 
 T = TypeVar("T")
 
@@ -15,6 +19,26 @@ T = TypeVar("T")
 PAGE_BYTES = 3 * 1024 * 1024
 # What a field's tag, length and the message around it add, at most, per item.
 ITEM_OVERHEAD_BYTES = 64
+
+
+def page_token(kind: str, position: str) -> str:
+    """An opaque token for the page after `position` (a turn id, an offset, a conversation
+    id), of a list of `kind` (one letter)."""
+    return base64.urlsafe_b64encode(f"{kind}:{position}".encode()).decode()
+
+
+def token_position(token: str, kind: str, method: str) -> str | None:
+    """The position a previous response's token holds (None: no token, the first page);
+    INVALID_ARGUMENT naming `page_token` for anything else."""
+    if not token:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(token.encode()).decode()
+        if raw.startswith(f"{kind}:"):
+            return raw[len(kind) + 1 :]
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    raise InvalidArgument("page_token", f"not a token from a previous {method} response")
 
 
 def utf8_size(*texts: str) -> int:

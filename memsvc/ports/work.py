@@ -61,6 +61,21 @@ class IndexQueue(Protocol):
         self, conversation_ids: Sequence[str] = (), prefixes: Sequence[str] = ()
     ) -> list[QueueItem]: ...
 
+    def status_page(
+        self,
+        after: str,
+        limit: int,
+        prefixes: Sequence[str] = (),
+        within: str = "",
+        states: Sequence[str] = (),
+    ) -> list[QueueItem]:
+        """A page of conversations after `after`, in id order (keyset)."""
+        ...
+
+    def counts(self, prefixes: Sequence[str] = ()) -> dict[str, tuple[int, int]]:
+        """By state: (conversations, backlog)."""
+        ...
+
     def gauges(self) -> QueueGauges: ...
 
     def leased(self) -> int:

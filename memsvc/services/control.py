@@ -11,6 +11,8 @@ import structlog
 from memsvc.domain import validation
 from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import InvalidArgument, NotFound
+from memsvc.domain.pages import cut, token_position, utf8_size
+from memsvc.domain.pages import page_token as page_token_of
 from memsvc.domain.records import IndexTotals, QueueItem
 from memsvc.ports import EventLog, IndexQueue, Notifier, WriterLocks
 from memsvc.services.indexing import IndexWorker
@@ -22,6 +24,12 @@ DEFAULT_WAIT_MS = 10_000
 MAX_WAIT_MS = 300_000
 # WaitForIndexed replies this long before the caller's deadline, so the reply reaches it.
 WAIT_REPLY_MARGIN_S = 0.2
+MAX_STATUS_PAGE = 5000
+STATES = ("pending", "indexing", "idle", "failed")
+
+
+def _status_size(item: QueueItem) -> int:
+    return utf8_size(item.conversation_id, item.last_error, item.last_timestamp) + 64
 
 
 class IndexControl:
@@ -55,32 +63,49 @@ class IndexControl:
         return self.queue.paused()
 
     # -- status ---------------------------------------------------------------------------
-    def status(
-        self, conversation_ids: Sequence[str] = (), access: Access = FULL
-    ) -> list[QueueItem]:
-        """The named conversations, or all the token may see."""
+    def status(self, conversation_ids: Sequence[str], access: Access = FULL) -> list[QueueItem]:
+        """The named conversations."""
         ids = [
             validation.conversation_id(c, f"conversation_ids[{i}]")
             for i, c in enumerate(conversation_ids)
         ]
-        if ids:
-            access.check_all(ids, "conversation_ids")
-            return self.queue.status(ids)
-        access.every_conversation("GetIndexStatus")
-        return self.queue.status(prefixes=access.prefixes)
+        access.check_all(ids, "conversation_ids")
+        return self.queue.status(ids)
 
-    def totals(
-        self, items: Sequence[QueueItem] | None = None, access: Access = FULL
-    ) -> IndexTotals:
-        """Totals over every conversation the token may see (`items`: their status, if
-        already read)."""
-        items = self.queue.status(prefixes=access.prefixes) if items is None else items
+    def status_page(
+        self,
+        page_size: int,
+        page_token: str,
+        states: Sequence[str] = (),
+        within: str = "",
+        access: Access = FULL,
+    ) -> tuple[list[QueueItem], str]:
+        """A page of the conversations the token may see, in id order (keyset), of at most
+        `page_size` (0 = 1,000) and PAGE_BYTES; only those in `states` and starting with
+        `within` when given. Returns the next page's token (empty at the end)."""
+        access.every_conversation("GetIndexStatus")
+        if not 0 <= page_size <= MAX_STATUS_PAGE:
+            raise InvalidArgument("page_size", f"must be 0 (= 1,000) to {MAX_STATUS_PAGE:,}")
+        for i, state in enumerate(states):
+            if state not in STATES:
+                raise InvalidArgument(f"states[{i}]", f"one of {', '.join(STATES)}")
+        if within:
+            within = validation.conversation_id(within, "conversation_prefix")
+        after = token_position(page_token, "c", "GetIndexStatus") or ""
+        size = page_size or 1000
+        rows = self.queue.status_page(after, size + 1, access.prefixes, within, states)
+        page, more = cut(rows, _status_size, size)
+        return page, page_token_of("c", page[-1].conversation_id) if more else ""
+
+    def totals(self, access: Access = FULL) -> IndexTotals:
+        """Totals over every conversation the token may see, in one query."""
+        counts = self.queue.counts(access.prefixes)
         return IndexTotals(
-            conversations=len(items),
-            backlog=sum(i.dirty for i in items),
-            pending=sum(i.state == "pending" for i in items),
-            indexing=sum(i.state == "indexing" for i in items),
-            failed=sum(i.state == "failed" for i in items),
+            conversations=sum(n for n, _ in counts.values()),
+            backlog=sum(b for _, b in counts.values()),
+            pending=counts.get("pending", (0, 0))[0],
+            indexing=counts.get("indexing", (0, 0))[0],
+            failed=counts.get("failed", (0, 0))[0],
             paused=self.paused,
         )
 

@@ -9,6 +9,7 @@ the log no longer holds live (memsvc.services.search verifies hits)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 
 import structlog
 
@@ -48,12 +49,15 @@ class DeletionService:
         turn_range: TurnRange | None,
         chunk_ids: Sequence[str],
         access: Access = FULL,
+        defer_store: bool = False,
     ) -> DeleteResult:
         """Delete turns: a range, the turns the listed chunks cover (any chunk the
         conversation ever had, superseded ones included), or (neither) the whole
         conversation. Chunks over them are hidden (kept for audit until purged); surviving
         neighbours get new chunks, stored before this returns when the model and store
-        can (else by the worker)."""
+        can (else by the worker). `defer_store`: return once the log holds the deletion,
+        without the conversation's writer lock, leaving the store to the worker; searches
+        leave out a chunk over a deleted turn until it is reconciled (memsvc.services.selection)."""
         conv = validation.conversation_id(conversation_id, "conversation_id")
         access.check(conv, "conversation_id")
         if turn_range is not None:
@@ -61,7 +65,8 @@ class DeletionService:
             if chunk_ids:
                 raise InvalidArgument("chunk_ids", "give turn_range or chunk_ids, not both")
         errors: list[RecordError] = []
-        with self.locks.hold(conv):
+        # the log change needs no writer lock (the log orders it); the store's work does
+        with nullcontext() if defer_store else self.locks.hold(conv):
             spans: list[Span] | None
             if chunk_ids:
                 spans = self._spans_of_chunks(conv, chunk_ids, errors)
@@ -77,6 +82,8 @@ class DeletionService:
                 seq = tx.record_change(conv, reconcile=True)
                 events_deleted = tx.mark_events_deleted(conv, spans, seq)
             self.notifier.notify()
+            if defer_store:
+                return DeleteResult(0, events_deleted, errors)
             # the deleted turns' chunks are hidden before the lock is let go
             reconciled = self.projector.reconcile(conv)
         self._store_neighbours(conv, reconciled.pending)

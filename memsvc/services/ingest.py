@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -14,7 +12,8 @@ from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import InvalidArgument
 from memsvc.domain.limits import MAX_TURN_CHARS
 from memsvc.domain.oversize import Oversize
-from memsvc.domain.pages import cut, utf8_size
+from memsvc.domain.pages import cut, token_position, utf8_size
+from memsvc.domain.pages import page_token as make_token
 from memsvc.domain.records import Conversation, EventRow
 from memsvc.domain.text import clean_text, normal_id
 from memsvc.domain.types import (
@@ -283,7 +282,7 @@ class IngestService:
         if last < 0:
             raise InvalidArgument("last", "must be 0 (= every event) or more")
         size = page_size or 500
-        after = _after_turn(page_token)
+        after = _number(page_token, "t", "ExportEvents", -1)
         with self.log.snapshot() as r:
             # The first page fixes where the newest `last` begin; later pages follow the
             # token, so turns appended meanwhile do not shift the window under the reader.
@@ -304,7 +303,7 @@ class IngestService:
             )
             for e in rows
         ]
-        token = base64.urlsafe_b64encode(f"t:{page[-1].turn_id}".encode()).decode() if more else ""
+        token = make_token("t", str(page[-1].turn_id)) if more else ""
         return page, token
 
     # -- ListChunks -----------------------------------------------------------------------
@@ -324,7 +323,7 @@ class IngestService:
         if page_size < 0 or page_size > 1000:
             raise InvalidArgument("page_size", "must be 0 (= 100) to 1000")
         size = page_size or 100
-        offset = _decode_page_token(page_token)
+        offset = _number(page_token, "o", "ListChunks", 0)
         stored = self.store.chunks_of(
             conv, deleted=None if include_deleted else False, version=chunk_version or None
         )
@@ -338,7 +337,7 @@ class IngestService:
             ),
         )
         page, more = cut(rows[offset:], _chunk_size, size)
-        return ChunkPage(page, _encode_page_token(offset + len(page)) if more else "")
+        return ChunkPage(page, make_token("o", str(offset + len(page))) if more else "")
 
 
 def _build_version(tx: LogWriter, row: Conversation, requested: int) -> int:
@@ -359,33 +358,14 @@ def _event_ref(e: MemoryEvent | EventRow) -> str:
     return f"{e.conversation_id}#{e.turn_id}"
 
 
-def _encode_page_token(offset: int) -> str:
-    return base64.urlsafe_b64encode(f"o:{offset}".encode()).decode()
-
-
-def _after_turn(token: str) -> int:
-    """ExportEvents' page token: the last turn id of the previous page."""
-    if not token:
-        return -1
-    try:
-        raw = base64.urlsafe_b64decode(token.encode()).decode()
-        if raw.startswith("t:") and raw[2:].isdigit():
-            return int(raw[2:])
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        pass
-    raise InvalidArgument("page_token", "not a token from a previous ExportEvents response")
-
-
-def _decode_page_token(token: str) -> int:
-    if not token:
-        return 0
-    try:
-        raw = base64.urlsafe_b64decode(token.encode()).decode()
-        if raw.startswith("o:") and raw[2:].isdigit():
-            return int(raw[2:])
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        pass
-    raise InvalidArgument("page_token", "not a token from a previous ListChunks response")
+def _number(token: str, kind: str, method: str, first: int) -> int:
+    """The number a page token of `method` holds (`first` without a token)."""
+    position = token_position(token, kind, method)
+    if position is None:
+        return first
+    if not position.isdigit():
+        raise InvalidArgument("page_token", f"not a token from a previous {method} response")
+    return int(position)
 
 
 # Events read per query while a page fills: a page of long turns never loads much more

@@ -170,14 +170,16 @@ class UpsertVectorRecordsResponse(_message.Message):
     def __init__(self, upserted: _Optional[int] = ..., updated: _Optional[int] = ..., unchanged: _Optional[int] = ..., errors: _Optional[_Iterable[_Union[RecordError, _Mapping]]] = ..., retired: _Optional[int] = ...) -> None: ...
 
 class LogicalDeleteBySourceRequest(_message.Message):
-    __slots__ = ("conversation_id", "turn_range", "chunk_ids")
+    __slots__ = ("conversation_id", "turn_range", "chunk_ids", "defer_store")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_RANGE_FIELD_NUMBER: _ClassVar[int]
     CHUNK_IDS_FIELD_NUMBER: _ClassVar[int]
+    DEFER_STORE_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     turn_range: TurnRange
     chunk_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, conversation_id: _Optional[str] = ..., turn_range: _Optional[_Union[TurnRange, _Mapping]] = ..., chunk_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    defer_store: bool
+    def __init__(self, conversation_id: _Optional[str] = ..., turn_range: _Optional[_Union[TurnRange, _Mapping]] = ..., chunk_ids: _Optional[_Iterable[str]] = ..., defer_store: _Optional[bool] = ...) -> None: ...
 
 class LogicalDeleteBySourceResponse(_message.Message):
     __slots__ = ("deleted", "errors", "events_deleted")
@@ -438,13 +440,21 @@ class IndexStatus(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., last_appended_turn: _Optional[int] = ..., last_indexed_turn: _Optional[int] = ..., backlog: _Optional[int] = ..., state: _Optional[str] = ..., last_error: _Optional[str] = ..., attempts: _Optional[int] = ..., chunk_version: _Optional[int] = ..., reindexing: _Optional[bool] = ..., last_timestamp: _Optional[str] = ...) -> None: ...
 
 class GetIndexStatusRequest(_message.Message):
-    __slots__ = ("conversation_ids",)
+    __slots__ = ("conversation_ids", "page_size", "page_token", "states", "conversation_prefix")
     CONVERSATION_IDS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_PREFIX_FIELD_NUMBER: _ClassVar[int]
     conversation_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, conversation_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    states: _containers.RepeatedScalarFieldContainer[str]
+    conversation_prefix: str
+    def __init__(self, conversation_ids: _Optional[_Iterable[str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[str]] = ..., conversation_prefix: _Optional[str] = ...) -> None: ...
 
 class GetIndexStatusResponse(_message.Message):
-    __slots__ = ("conversations", "total_conversations", "total_backlog", "pending", "indexing", "failed", "paused", "server", "caller", "figures", "health")
+    __slots__ = ("conversations", "total_conversations", "total_backlog", "pending", "indexing", "failed", "paused", "server", "caller", "figures", "health", "next_page_token")
     CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BACKLOG_FIELD_NUMBER: _ClassVar[int]
@@ -456,6 +466,7 @@ class GetIndexStatusResponse(_message.Message):
     CALLER_FIELD_NUMBER: _ClassVar[int]
     FIGURES_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     conversations: _containers.RepeatedCompositeFieldContainer[IndexStatus]
     total_conversations: int
     total_backlog: int
@@ -467,7 +478,8 @@ class GetIndexStatusResponse(_message.Message):
     caller: Caller
     figures: ServerFigures
     health: ServerHealth
-    def __init__(self, conversations: _Optional[_Iterable[_Union[IndexStatus, _Mapping]]] = ..., total_conversations: _Optional[int] = ..., total_backlog: _Optional[int] = ..., pending: _Optional[int] = ..., indexing: _Optional[int] = ..., failed: _Optional[int] = ..., paused: _Optional[bool] = ..., server: _Optional[_Union[ServerInfo, _Mapping]] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ..., figures: _Optional[_Union[ServerFigures, _Mapping]] = ..., health: _Optional[_Union[ServerHealth, _Mapping]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, conversations: _Optional[_Iterable[_Union[IndexStatus, _Mapping]]] = ..., total_conversations: _Optional[int] = ..., total_backlog: _Optional[int] = ..., pending: _Optional[int] = ..., indexing: _Optional[int] = ..., failed: _Optional[int] = ..., paused: _Optional[bool] = ..., server: _Optional[_Union[ServerInfo, _Mapping]] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ..., figures: _Optional[_Union[ServerFigures, _Mapping]] = ..., health: _Optional[_Union[ServerHealth, _Mapping]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ServerHealth(_message.Message):
     __slots__ = ("store_up", "embedder_up", "log_up", "disk_full")

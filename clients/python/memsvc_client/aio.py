@@ -115,9 +115,15 @@ class AsyncMemoryClient:
         return list(reply.hits)
 
     async def delete(
-        self, conversation_id: str, turns: tuple[int, int] | None = None
+        self,
+        conversation_id: str,
+        turns: tuple[int, int] | None = None,
+        *,
+        defer_store: bool = False,
     ) -> pb.LogicalDeleteBySourceResponse:
-        request = pb.LogicalDeleteBySourceRequest(conversation_id=conversation_id)
+        request = pb.LogicalDeleteBySourceRequest(
+            conversation_id=conversation_id, defer_store=defer_store
+        )
         if turns is not None:
             request.turn_range.start, request.turn_range.end = turns
         reply: pb.LogicalDeleteBySourceResponse = await self.call("LogicalDeleteBySource", request)

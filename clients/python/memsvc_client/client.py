@@ -238,10 +238,18 @@ class MemoryClient:
         return list(reply.hits)
 
     def delete(
-        self, conversation_id: str, turns: tuple[int, int] | None = None
+        self,
+        conversation_id: str,
+        turns: tuple[int, int] | None = None,
+        *,
+        defer_store: bool = False,
     ) -> pb.LogicalDeleteBySourceResponse:
-        """Delete turns start..end (inclusive), or the whole conversation without `turns`."""
-        request = pb.LogicalDeleteBySourceRequest(conversation_id=conversation_id)
+        """Delete turns start..end (inclusive), or the whole conversation without `turns`.
+        `defer_store`: return once the log holds the deletion (milliseconds), the store
+        following in the background; the turns are never returned again either way."""
+        request = pb.LogicalDeleteBySourceRequest(
+            conversation_id=conversation_id, defer_store=defer_store
+        )
         if turns is not None:
             request.turn_range.start, request.turn_range.end = turns
         reply: pb.LogicalDeleteBySourceResponse = self.call("LogicalDeleteBySource", request)

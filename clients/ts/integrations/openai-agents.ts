@@ -23,7 +23,8 @@
  * - Turn ids and timestamps are the server's (`assignTurnIds`): writers in several processes
  *   never collide, and each call's items stay together and in order.
  * - `popItem` deletes the newest live turn and returns its item; `clearSession` deletes
- *   every turn. Deleted turns never come back (not in `getItems`, not in search); their
+ *   every turn. Both return once the log holds the deletion (`deferStore`: milliseconds,
+ *   whatever the indexing backlog); the store follows in the background. Deleted turns never come back (not in `getItems`, not in search); their
  *   text stays in the log until `purge()` erases it (an admin token).
  */
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -145,6 +146,7 @@ export class MemsvcSession implements Session {
       const deleted = await this.client.logicalDeleteBySource({
         conversationId: this.sessionId,
         turnRange: turns,
+        deferStore: true, // the log's deletion only: milliseconds, whatever the backlog
       });
       if (deleted.eventsDeleted > 0) return itemOf(newest);
       // another process popped it first: the next newest is ours to take
@@ -153,7 +155,10 @@ export class MemsvcSession implements Session {
 
   async clearSession(): Promise<void> {
     try {
-      await this.client.logicalDeleteBySource({ conversationId: this.sessionId });
+      await this.client.logicalDeleteBySource({
+        conversationId: this.sessionId,
+        deferStore: true,
+      });
     } catch (err) {
       // nothing ever added: nothing to clear
       if (ConnectError.from(err).code !== Code.NotFound) throw err;

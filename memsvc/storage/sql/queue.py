@@ -248,6 +248,49 @@ class SqlIndexQueue:
                 rows = sql.rows(f"SELECT {_COLS} FROM conversations q ORDER BY q.conversation_id")
         return [_item(r) for r in rows]
 
+    def status_page(
+        self,
+        after: str,
+        limit: int,
+        prefixes: Sequence[str] = (),
+        within: str = "",
+        states: Sequence[str] = (),
+    ) -> list[QueueItem]:
+        """Up to `limit` conversations after `after` in id order (keyset: the primary key's
+        order, whatever the number of conversations), within one of `prefixes` if given
+        (a token's), starting with `within` and in one of `states` if given."""
+        where: list[str] = ["q.conversation_id > ?"]
+        params: list[str | int] = [after]
+        if prefixes:
+            clause, more = prefix_match(prefixes)
+            where.append(clause.replace("conversation_id", "q.conversation_id"))
+            params += more
+        if within:
+            where.append("substr(q.conversation_id, 1, ?) = ?")
+            params += [len(within), within]
+        if states:
+            where.append(f"q.state IN ({marks(len(states))})")
+            params += list(states)
+        with self.database.snapshot() as sql:
+            rows = sql.rows(
+                f"SELECT {_COLS} FROM conversations q WHERE {' AND '.join(where)}"
+                " ORDER BY q.conversation_id LIMIT ?",
+                [*params, limit],
+            )
+        return [_item(r) for r in rows]
+
+    def counts(self, prefixes: Sequence[str] = ()) -> dict[str, tuple[int, int]]:
+        """By state: (conversations, backlog), over every conversation or those within
+        `prefixes`, in one query."""
+        clause, params = prefix_match(prefixes) if prefixes else ("1 = 1", [])
+        with self.database.snapshot() as sql:
+            rows = sql.rows(
+                f"SELECT state, COUNT(*), SUM(dirty) FROM conversations WHERE {clause}"
+                " GROUP BY state",
+                params,
+            )
+        return {str(r[0]): (int(r[1]), int(r[2] or 0)) for r in rows}
+
     def gauges(self) -> QueueGauges:
         """Totals for monitoring, in one query."""
         with self.database.snapshot() as sql:

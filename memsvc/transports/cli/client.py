@@ -17,12 +17,15 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from rich.table import Table
 
+from memsvc.domain.pages import page_token
 from memsvc.transports.cli.append import cmd_append
 from memsvc.transports.cli.connection import Stub, connect, err, out
 from memsvc.transports.cli.mcp import add_mcp_command, run_mcp
 from memsvc.transports.cli.reindex import cmd_reindex
 from memsvc.v1 import memory_pb2 as pb
 
+# Conversations `memsvc status` shows without --conversation (memsvc list pages them all).
+STATUS_ROWS = 50
 _MODES = {
     "dense": pb.SEARCH_MODE_DENSE,
     "keyword": pb.SEARCH_MODE_KEYWORD,
@@ -198,9 +201,10 @@ def cmd_search(stub: Stub, args: argparse.Namespace) -> int:
 
 
 def cmd_status(stub: Stub, args: argparse.Namespace) -> int:
-    reply = stub.GetIndexStatus(
-        pb.GetIndexStatusRequest(conversation_ids=args.conversation), timeout=30
-    )
+    request = pb.GetIndexStatusRequest(conversation_ids=args.conversation)
+    if not args.conversation:
+        request.page_size = STATUS_ROWS  # the totals cover every conversation
+    reply = stub.GetIndexStatus(request, timeout=30)
     if args.json:
         print(json.dumps(_as_dict(reply), ensure_ascii=False, indent=2))
         return 0
@@ -216,6 +220,12 @@ def cmd_status(stub: Stub, args: argparse.Namespace) -> int:
             s.last_error[:80],
         )
     out.print(table)
+    if reply.next_page_token:
+        out.print(
+            f"(the first {len(reply.conversations)}: memsvc list for every conversation)",
+            markup=False,
+            highlight=False,
+        )
     out.print(
         f"{reply.total_conversations} conversations, backlog {reply.total_backlog} turns,"
         f" pending {reply.pending}, indexing {reply.indexing}, failed {reply.failed},"
@@ -317,12 +327,19 @@ def cmd_export(stub: Stub, args: argparse.Namespace) -> int:
 def cmd_list(stub: Stub, args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise ValueError("--limit: at least 1")
-    reply = stub.GetIndexStatus(pb.GetIndexStatusRequest(), timeout=60)
-    rows = sorted(
-        (s for s in reply.conversations if s.conversation_id > args.after),
-        key=lambda s: s.conversation_id,
-    )
-    page, more = rows[: args.limit], len(rows) > args.limit
+    # the server's pages, in id order, from --after (its own token format) until --limit
+    page: list[pb.IndexStatus] = []
+    token = page_token("c", args.after) if args.after else ""
+    while True:
+        reply = stub.GetIndexStatus(
+            pb.GetIndexStatusRequest(page_size=args.limit - len(page), page_token=token),
+            timeout=60,
+        )
+        page += reply.conversations
+        token = reply.next_page_token
+        if not token or len(page) >= args.limit:
+            break
+    more = bool(token)
     if args.json:
         print(
             json.dumps(

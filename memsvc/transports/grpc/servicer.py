@@ -206,9 +206,14 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             if request.HasField("turn_range")
             else None
         )
-        with self.heavy.enter():
+        # a deferred delete is a log write, as light as an append
+        with nullcontext() if request.defer_store else self.heavy.enter():
             result = self.core.deletion.delete(
-                request.conversation_id, span, list(request.chunk_ids), current_access()
+                request.conversation_id,
+                span,
+                list(request.chunk_ids),
+                current_access(),
+                defer_store=request.defer_store,
             )
         return pb.LogicalDeleteBySourceResponse(
             deleted=result.deleted,
@@ -355,10 +360,21 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     ) -> pb.GetIndexStatusResponse:
         control = self.core.control
         access = current_access()
-        items = control.status(list(request.conversation_ids), access)
+        token = ""
+        if request.conversation_ids:
+            items = control.status(list(request.conversation_ids), access)
+        else:
+            items, token = control.status_page(
+                request.page_size,
+                request.page_token,
+                list(request.states),
+                request.conversation_prefix,
+                access,
+            )
         # totals over what the token may see: every conversation, or those of its prefixes
-        totals = control.totals(None if request.conversation_ids else items, access)
+        totals = control.totals(access)
         return pb.GetIndexStatusResponse(
+            next_page_token=token,
             conversations=[index_status_to_pb(i) for i in items],
             total_conversations=totals.conversations,
             total_backlog=totals.backlog,

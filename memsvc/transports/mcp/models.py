@@ -92,8 +92,12 @@ class ConversationStatus(BaseModel):
 
 class StatusResult(BaseModel):
     conversations: list[ConversationStatus]
+    total_conversations: int = Field(description="Every conversation the token may see.")
     total_backlog: int
     paused: bool
+    next_page_token: str = Field(
+        "", description="Pass as page_token for the next conversations; empty at the end."
+    )
 
 
 def hit_of(h: pb.Hit) -> Hit:

@@ -52,6 +52,8 @@ ORDERS = {
     "newest": pb.SEARCH_ORDER_NEWEST,
 }
 WAIT_TIMEOUT_MS = 60_000
+# Conversations per memory_status answer: what an agent reads, not a dump of the server.
+STATUS_PAGE = 100
 
 
 def _result(text: str, value: BaseModel) -> CallToolResult:
@@ -320,10 +322,18 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
     async def memory_status(
         ctx: Context,
         conversation_ids: Annotated[
-            list[str] | None, Field(description="These conversations (default: all).")
+            list[str] | None,
+            Field(description="These conversations (default: all, a page at a time)."),
         ] = None,
+        page_token: Annotated[
+            str, Field(description="From a previous answer's next_page_token.")
+        ] = "",
     ) -> Annotated[CallToolResult, StatusResult]:
-        request = pb.GetIndexStatusRequest(conversation_ids=conversation_ids or [])
+        request = pb.GetIndexStatusRequest(
+            conversation_ids=conversation_ids or [],
+            page_size=STATUS_PAGE,
+            page_token=page_token,
+        )
         reply = await _off_loop(gateway.call, lambda s: s.GetIndexStatus, request, token(ctx))
         conversations = [
             ConversationStatus(
@@ -337,11 +347,15 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
             for c in reply.conversations
         ]
         value = StatusResult(
-            conversations=conversations, total_backlog=reply.total_backlog, paused=reply.paused
+            conversations=conversations,
+            total_conversations=reply.total_conversations,
+            total_backlog=reply.total_backlog,
+            paused=reply.paused,
+            next_page_token=reply.next_page_token,
         )
         lines = [
-            f"{len(conversations)} conversation(s), {reply.total_backlog} turn(s) to index"
-            + (", indexing paused." if reply.paused else ".")
+            f"{reply.total_conversations} conversation(s), {reply.total_backlog} turn(s) to"
+            " index" + (", indexing paused." if reply.paused else ".")
         ]
         lines += [
             f"- {c.conversation_id}: {c.state}, turns stored to {c.last_appended_turn}, "
@@ -349,6 +363,8 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
             + (f", error: {c.last_error}" if c.last_error else "")
             for c in conversations
         ]
+        if reply.next_page_token:
+            lines.append(f"More: page_token={reply.next_page_token}")
         return _result("\n".join(lines), value)
 
     return server

@@ -178,7 +178,7 @@ class MemsvcMemoryService(BaseMemoryService):
             raise ValueError(f"not a memsvc memory id: {memory_id!r} (turns:START-END)")
         start, _, end = memory_id.removeprefix(MEMORY_ID_PREFIX).partition("-")
         conversation = self._conversation(app_name, user_id)
-        await self._clients.get().delete(conversation, (int(start), int(end)))
+        await self._clients.get().delete(conversation, (int(start), int(end)), defer_store=True)
 
     async def purge(self, *, app_name: str, user_id: str) -> pb.PurgeDeletedResponse:
         """Erase the text of this user's deleted turns for good (an admin token)."""

@@ -123,7 +123,7 @@ class MemsvcChatMessageHistory(BaseChatMessageHistory):
             written(self._sync().append(events, assign_turn_ids=True, wait=self.wait), "messages")
 
     def clear(self) -> None:
-        self._sync().delete(self.session_id)
+        self._sync().delete(self.session_id, defer_store=True)
 
     async def aget_messages(self) -> list[BaseMessage]:
         if self.async_client is None:
@@ -141,7 +141,7 @@ class MemsvcChatMessageHistory(BaseChatMessageHistory):
     async def aclear(self) -> None:
         if self.async_client is None:
             return await super().aclear()
-        await self.async_client.delete(self.session_id)
+        await self.async_client.delete(self.session_id, defer_store=True)
 
     def _sync(self) -> MemoryClient:
         if self.client is None:

@@ -155,7 +155,7 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
     async def clear(self, session_id: str | None = None) -> None:
         """Delete the conversation's turns: they are never found or returned again."""
         try:
-            await self._clients.get().delete(self._conversation(session_id))
+            await self._clients.get().delete(self._conversation(session_id), defer_store=True)
         except MemsvcError as exc:
             if exc.code is not grpc.StatusCode.NOT_FOUND:  # nothing ever put: nothing to clear
                 raise

@@ -29,7 +29,9 @@ How the SDK's items map onto memsvc:
 - `get_items(limit)` reads only the newest `limit` turns (`ExportEventsRequest.last`), and
   `pop_item` only the newest one: neither grows with the conversation.
 - `pop_item` deletes the newest live turn and returns its item; `clear_session` deletes
-  every turn. Deleted turns never come back (not in `get_items`, not in search); their
+  every turn. Both return once the log holds the deletion (`defer_store`: milliseconds,
+  whatever the indexing backlog, as the SDK's own sessions pop); the store follows in the
+  background. Deleted turns never come back (not in `get_items`, not in search); their
   text stays in the log until `purge()` erases it (an admin token).
 
 The session opens one grpc.aio channel per event loop it is used from (`Runner.run_sync`
@@ -162,14 +164,16 @@ class MemsvcSession:
             if not events:
                 return None
             newest = events[-1]
-            deleted = await self._client.delete(self.session_id, (newest.turn_id, newest.turn_id))
+            deleted = await self._client.delete(
+                self.session_id, (newest.turn_id, newest.turn_id), defer_store=True
+            )
             if deleted.events_deleted:
                 return _item_of(newest)
             # another process popped it first: the next newest is ours to take
 
     async def clear_session(self) -> None:
         try:
-            await self._client.delete(self.session_id)
+            await self._client.delete(self.session_id, defer_store=True)
         except MemsvcError as exc:
             if exc.code is not grpc.StatusCode.NOT_FOUND:  # nothing ever added: nothing to clear
                 raise

@@ -159,7 +159,10 @@ function show(screen) {
 
 // ---- overview ------------------------------------------------------------------------
 function statusRequest() {
-  return state.listsAll ? {} : {conversationIds: state.named};
+  // the server's first page (1,000, by id) within the prefix typed: the totals cover all
+  if (!state.listsAll) return {conversationIds: state.named};
+  const prefix = $("filter-prefix").value.trim();
+  return prefix ? {conversationPrefix: prefix} : {};
 }
 
 async function refresh() {
@@ -207,6 +210,7 @@ function takeStatus(status) {
   $("resume").disabled = !status.paused;
   takeFigures(status.figures);
   state.conversations = status.conversations || [];
+  state.more = !!status.nextPageToken;
   if (state.reindexTotal) {
     const left = state.conversations.filter((c) => c.reindexing).length;
     const done = Math.max(0, state.reindexTotal - left);
@@ -316,7 +320,8 @@ function renderList() {
     body.append(row([link, Number(c.lastAppendedTurn || 0) + 1, c.lastIndexedTurn || 0,
       c.backlog || 0, c.state, c.lastTimestamp || ""]));
   }
-  $("page-text").textContent = `page ${state.page + 1} of ${pages} · ${items.length} conversations`;
+  $("page-text").textContent = `page ${state.page + 1} of ${pages} · ${items.length} conversations`
+    + (state.more ? " (the first by id: type a prefix to narrow)" : "");
   $("page-prev").disabled = state.page === 0;
   $("page-next").disabled = state.page >= pages - 1;
 }
