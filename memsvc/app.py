@@ -260,7 +260,9 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         fleet = FleetSettings(
             events,
             worker_identity(),
-            {
+            # the store's identity as it is at each confirmation: it follows a store that
+            # came back empty (memsvc.services.fleet)
+            lambda: {
                 "collection": f"{settings.collection} ({store.identity})",
                 "chunking": policy.fingerprint(),
                 "chunk_version": str(settings.chunk_version),

@@ -21,6 +21,11 @@ class LogReader(Protocol):
 
     def meta_with_prefix(self, prefix: str) -> dict[str, str]: ...
 
+    def clock(self) -> float:
+        """The database's time (unix seconds): one clock for every process sharing the log,
+        whatever each machine's own says."""
+        ...
+
     # events
     def events(self, conversation_id: str, turn_ids: Iterable[int]) -> dict[int, EventRow]: ...
 

@@ -61,6 +61,11 @@ class SqlLog(LayoutQueries, WorkQueries):
         )
         return {str(r[0]): str(r[1]) for r in rows}
 
+    def clock(self) -> float:
+        row = self.sql.one(f"SELECT {self.sql.dialect.now}", ())
+        assert row is not None
+        return float(row[0])
+
     def delete_meta(self, key: str) -> None:
         self.sql.run("DELETE FROM meta WHERE key = ?", (key,))
 
