@@ -30,7 +30,11 @@ from memsvc_client.v1 import memory_pb2_grpc as pb_grpc
 
 
 class AsyncMemoryClient:
-    """memsvc at `target` from asyncio code (arguments as MemoryClient's)."""
+    """memsvc at `target` from asyncio code (arguments as MemoryClient's). It may be made
+    outside any event loop and used from several: a grpc.aio channel belongs to the loop
+    that made it, so the client opens one per running loop on first use (LangChain apps
+    and `asyncio.run` called twice, the Agents SDK's `run_sync`, LlamaIndex's sync
+    wrappers each run calls on a loop of their own). `close()` closes the running loop's."""
 
     def __init__(
         self,
@@ -41,15 +45,34 @@ class AsyncMemoryClient:
         attempts: int = 3,
         timeout_s: float = 60.0,
     ) -> None:
-        options = channel_options(attempts)
-        creds = credentials(ca_file)
-        if creds is not None:
-            self.channel = grpc.aio.secure_channel(target, creds, options=options)
-        else:
-            self.channel = grpc.aio.insecure_channel(target, options=options)
-        self.stub = pb_grpc.MemoryServiceStub(self.channel)  # type: ignore[no-untyped-call]
+        self.target = target
+        self._options = channel_options(attempts)
+        self._credentials = credentials(ca_file)
+        self._channels: dict[asyncio.AbstractEventLoop, grpc.aio.Channel] = {}
         self.metadata = bearer(token)
         self.timeout_s = timeout_s
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        """The running loop's channel, opened on first use."""
+        loop = asyncio.get_running_loop()
+        channel = self._channels.get(loop)
+        if channel is None:
+            # a loop that has ended cannot close its channel any more: forget it
+            for ended in [known for known in self._channels if known.is_closed()]:
+                del self._channels[ended]
+            if self._credentials is not None:
+                channel = grpc.aio.secure_channel(
+                    self.target, self._credentials, options=self._options
+                )
+            else:
+                channel = grpc.aio.insecure_channel(self.target, options=self._options)
+            self._channels[loop] = channel
+        return channel
+
+    @property
+    def stub(self) -> pb_grpc.MemoryServiceStub:
+        return pb_grpc.MemoryServiceStub(self.channel)  # type: ignore[no-untyped-call]
 
     async def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
         """Any RPC by name, e.g. await call("Reindex", pb.ReindexRequest(all=True))."""
@@ -136,7 +159,10 @@ class AsyncMemoryClient:
         return reply
 
     async def close(self) -> None:
-        await self.channel.close(None)
+        """Close the running loop's channel, if this client opened one there."""
+        channel = self._channels.pop(asyncio.get_running_loop(), None)
+        if channel is not None:
+            await channel.close(None)
 
     async def __aenter__(self) -> AsyncMemoryClient:
         return self
@@ -148,33 +174,3 @@ class AsyncMemoryClient:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-
-class ClientPerLoop:
-    """One AsyncMemoryClient per running event loop, made on first use: a grpc.aio channel
-    belongs to the loop that made it, and frameworks run calls on loops of their own (the
-    Agents SDK's `run_sync`, LlamaIndex's sync wrappers)."""
-
-    def __init__(
-        self,
-        target: str = "127.0.0.1:50051",
-        *,
-        token: str | None = None,
-        ca_file: str | None = None,
-    ) -> None:
-        self.target, self.token, self.ca_file = target, token, ca_file
-        self._clients: dict[asyncio.AbstractEventLoop, AsyncMemoryClient] = {}
-
-    def get(self) -> AsyncMemoryClient:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = AsyncMemoryClient(self.target, token=self.token, ca_file=self.ca_file)
-            self._clients[loop] = client
-        return client
-
-    async def close(self) -> None:
-        """Close the running loop's client, if it made one."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.close()

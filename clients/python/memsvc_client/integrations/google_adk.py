@@ -41,7 +41,7 @@ from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemor
 from google.adk.memory.memory_entry import MemoryEntry
 from google.genai import types
 
-from memsvc_client.aio import ClientPerLoop
+from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemsvcError, search_request, written
 from memsvc_client.integrations._hits import said_lines
 from memsvc_client.integrations._ids import joined_id
@@ -115,7 +115,7 @@ class MemsvcMemoryService(BaseMemoryService):
         self.top_k = top_k
         self.prefix = prefix
         self.max_text_chars = max_text_chars
-        self._clients = ClientPerLoop(target, token=token, ca_file=ca_file)
+        self._memory = AsyncMemoryClient(target, token=token, ca_file=ca_file)
 
     def _conversation(self, app_name: str, user_id: str) -> str:
         return conversation_of(app_name, user_id, self.prefix)
@@ -140,14 +140,14 @@ class MemsvcMemoryService(BaseMemoryService):
         if not new:
             return
         turns = [to_turn(conversation, e, self.max_text_chars) for e in new]
-        written(await self._clients.get().append(turns, assign_turn_ids=True))
+        written(await self._memory.append(turns, assign_turn_ids=True))
 
     async def events(self, *, app_name: str, user_id: str) -> list[Event]:
         """Every event kept for this user, in the order added, exactly as added."""
         from google.adk.events.event import Event
 
         try:
-            turns = await self._clients.get().export(self._conversation(app_name, user_id))
+            turns = await self._memory.export(self._conversation(app_name, user_id))
         except MemsvcError as exc:
             if exc.code is grpc.StatusCode.NOT_FOUND:
                 return []
@@ -161,7 +161,7 @@ class MemsvcMemoryService(BaseMemoryService):
             query, [self._conversation(app_name, user_id)], self.top_k, None, ()
         )
         try:
-            reply: pb.EmbedDbResponse = await self._clients.get().call("EmbedDb", request)
+            reply: pb.EmbedDbResponse = await self._memory.call("EmbedDb", request)
         except MemsvcError as exc:
             if exc.code is grpc.StatusCode.NOT_FOUND:  # nothing kept for this user yet
                 return SearchMemoryResponse()
@@ -178,14 +178,14 @@ class MemsvcMemoryService(BaseMemoryService):
             raise ValueError(f"not a memsvc memory id: {memory_id!r} (turns:START-END)")
         start, _, end = memory_id.removeprefix(MEMORY_ID_PREFIX).partition("-")
         conversation = self._conversation(app_name, user_id)
-        await self._clients.get().delete(conversation, (int(start), int(end)), defer_store=True)
+        await self._memory.delete(conversation, (int(start), int(end)), defer_store=True)
 
     async def purge(self, *, app_name: str, user_id: str) -> pb.PurgeDeletedResponse:
         """Erase the text of this user's deleted turns for good (an admin token)."""
         request = pb.PurgeDeletedRequest(conversation_id=self._conversation(app_name, user_id))
-        reply: pb.PurgeDeletedResponse = await self._clients.get().call("PurgeDeleted", request)
+        reply: pb.PurgeDeletedResponse = await self._memory.call("PurgeDeleted", request)
         return reply
 
     async def close(self) -> None:
         """Close the channel this service opened on the running event loop."""
-        await self._clients.close()
+        await self._memory.close()

@@ -24,7 +24,10 @@
 `Document` whose page_content is the chunk's text and whose metadata holds chunk_id,
 score, conversation_id, turn_start, turn_end, time_start, time_end and speakers.
 
-Both have async variants on `AsyncMemoryClient` (grpc.aio), so nothing blocks an event loop.
+Both have async variants on `AsyncMemoryClient` (grpc.aio), so nothing blocks an event loop;
+the client may be made outside any loop and used from several (one channel per loop).
+`invoke(query, k=...)` (or `top_k`) sets the number of hits for one call, as LangChain's
+standard retriever tests expect; `MemsvcRetriever(k=...)` is `top_k`.
 """
 
 from __future__ import annotations
@@ -167,38 +170,43 @@ def to_document(hit: pb.Hit) -> Document:
 
 
 class MemsvcRetriever(BaseRetriever):
-    """memsvc search as a LangChain retriever: `top_k` hits (0 = the server's default) of
-    `mode` (hybrid by default), within `conversation_ids` and `speakers` when given."""
+    """memsvc search as a LangChain retriever: `top_k` (or `k`) hits (0 = the server's
+    default) of `mode` (hybrid by default), within `conversation_ids` and `speakers` when
+    given; `invoke(query, k=3)` asks for another number for one call."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, populate_by_name=True)
 
     client: MemoryClient | None = None
     async_client: AsyncMemoryClient | None = None
     conversation_ids: list[str] = Field(default_factory=list)
     speakers: list[str] = Field(default_factory=list)
-    top_k: int = 0
+    top_k: int = Field(0, alias="k")
     mode: str | None = None
 
     def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         if self.client is None:
             raise RuntimeError("this retriever has an async client only: use ainvoke")
-        hits = self.client.search(query, **self._filters())
+        hits = self.client.search(query, **self._filters(kwargs))
         return [to_document(h) for h in hits]
 
     async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         if self.async_client is None:
-            return await super()._aget_relevant_documents(query, run_manager=run_manager)
-        hits = await self.async_client.search(query, **self._filters())
+            return await super()._aget_relevant_documents(query, run_manager=run_manager, **kwargs)
+        hits = await self.async_client.search(query, **self._filters(kwargs))
         return [to_document(h) for h in hits]
 
-    def _filters(self) -> dict[str, Any]:
+    def _filters(self, call: dict[str, Any]) -> dict[str, Any]:
+        """The search's arguments: this retriever's, `k` (or `top_k`) of the call first."""
+        unknown = set(call) - {"k", "top_k"}
+        if unknown:
+            raise TypeError(f"MemsvcRetriever.invoke: unexpected {', '.join(sorted(unknown))}")
         return {
             "conversation_ids": self.conversation_ids,
             "speakers": self.speakers,
-            "top_k": self.top_k,
+            "top_k": int(call.get("k", call.get("top_k", self.top_k))),
             "mode": self.mode,
         }

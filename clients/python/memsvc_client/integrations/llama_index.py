@@ -38,7 +38,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 from llama_index.core.memory.memory import BaseMemoryBlock
 from pydantic import Field, PrivateAttr
 
-from memsvc_client.aio import ClientPerLoop
+from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemsvcError, search_request, written
 from memsvc_client.integrations._hits import said_lines
 from memsvc_client.v1 import memory_pb2 as pb
@@ -86,10 +86,10 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
     max_text_chars: int = Field(
         default=100_000, description="Searchable text per message, at most (the payload is whole)."
     )
-    _clients: ClientPerLoop = PrivateAttr()
+    _memory: AsyncMemoryClient = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
-        self._clients = ClientPerLoop(self.target, token=self.token, ca_file=self.ca_file)
+        self._memory = AsyncMemoryClient(self.target, token=self.token, ca_file=self.ca_file)
 
     def _conversation(self, session_id: str | None) -> str:
         conversation = self.conversation_id or session_id
@@ -110,7 +110,7 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
             return ""
         request = search_request(query, [self._conversation(session_id)], self.top_k, None, ())
         try:
-            reply: pb.EmbedDbResponse = await self._clients.get().call("EmbedDb", request)
+            reply: pb.EmbedDbResponse = await self._memory.call("EmbedDb", request)
         except MemsvcError as exc:
             if exc.code is grpc.StatusCode.NOT_FOUND:  # nothing kept yet
                 return ""
@@ -140,11 +140,11 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
         conversation = self._conversation(session_id)
         for event in events:
             event.conversation_id = conversation
-        written(await self._clients.get().append(events, assign_turn_ids=True), "messages")
+        written(await self._memory.append(events, assign_turn_ids=True), "messages")
 
     async def messages(self, session_id: str | None = None) -> list[ChatMessage]:
         """Every message kept in the conversation, in order, exactly as put."""
-        events = await self._clients.get().export(self._conversation(session_id))
+        events = await self._memory.export(self._conversation(session_id))
         return [
             ChatMessage.model_validate_json(e.payload)
             if e.payload  # another client's turn: a message of its text
@@ -155,7 +155,7 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
     async def clear(self, session_id: str | None = None) -> None:
         """Delete the conversation's turns: they are never found or returned again."""
         try:
-            await self._clients.get().delete(self._conversation(session_id), defer_store=True)
+            await self._memory.delete(self._conversation(session_id), defer_store=True)
         except MemsvcError as exc:
             if exc.code is not grpc.StatusCode.NOT_FOUND:  # nothing ever put: nothing to clear
                 raise
@@ -163,9 +163,9 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
     async def purge(self, session_id: str | None = None) -> pb.PurgeDeletedResponse:
         """Erase the text of the conversation's deleted turns for good (an admin token)."""
         request = pb.PurgeDeletedRequest(conversation_id=self._conversation(session_id))
-        reply: pb.PurgeDeletedResponse = await self._clients.get().call("PurgeDeleted", request)
+        reply: pb.PurgeDeletedResponse = await self._memory.call("PurgeDeleted", request)
         return reply
 
     async def close(self) -> None:
         """Close the channel this block opened on the running event loop."""
-        await self._clients.close()
+        await self._memory.close()

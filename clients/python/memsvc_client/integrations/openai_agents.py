@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from memsvc_client.aio import AsyncMemoryClient, ClientPerLoop
+from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemsvcError, written
 from memsvc_client.v1 import memory_pb2 as pb
 
@@ -123,11 +123,7 @@ class MemsvcSession:
             else SessionSettings()
         )
         self.max_text_chars = max_text_chars
-        self._clients = ClientPerLoop(target, token=token, ca_file=ca_file)
-
-    @property
-    def _client(self) -> AsyncMemoryClient:
-        return self._clients.get()
+        self._client = AsyncMemoryClient(target, token=token, ca_file=ca_file)
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         if limit is None:
@@ -187,4 +183,4 @@ class MemsvcSession:
 
     async def close(self) -> None:
         """Close the channel this session opened on the running event loop."""
-        await self._clients.close()
+        await self._client.close()
