@@ -9,7 +9,7 @@ import pytest
 
 from memsvc.app import Services
 from memsvc.domain.errors import InvalidArgument
-from memsvc.domain.limits import MAX_TURN_ID
+from memsvc.domain.limits import MAX_PAYLOAD_CHARS, MAX_TURN_ID
 from memsvc.domain.records import LayoutRow
 from memsvc.domain.types import (
     ChunkRecord,
@@ -354,7 +354,7 @@ def test_payload_comes_back_exactly_and_is_never_searched(services: Services) ->
     assert svc.ingest.append([edited]).accepted == 1
     assert "okapi" in svc.ingest.export_events("pl", 0, "")[0][1].payload
     # over the limit: refused, naming the field
-    huge = dataclasses.replace(events[0], turn_id=3, payload="x" * 1_024_001)
+    huge = dataclasses.replace(events[0], turn_id=3, payload="x" * (MAX_PAYLOAD_CHARS + 1))
     bad = svc.ingest.append([huge])
     assert bad.accepted == 0 and "events[0].payload" in bad.errors[0].message
     # a purge erases it with the text
