@@ -1,3 +1,4 @@
 """gRPC transport: `convert` (protobuf <-> domain types), `status` (domain errors <-> status
 codes and rich details), `servicer` (the handlers), `server` (listening and life cycle),
-`auth` (bearer tokens and roles), `admission` (concurrency limits per kind of call)."""
+`decoding` (what a request must be before a handler sees it), `auth` (bearer tokens and
+roles), `admission` (concurrency limits per kind of call)."""

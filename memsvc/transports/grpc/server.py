@@ -7,10 +7,9 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
 import grpc
 import structlog
@@ -35,18 +34,15 @@ from memsvc.transports.grpc.auth import (
     authenticate,
     is_loopback,
 )
+from memsvc.transports.grpc.decoding import DecodeGuard
 from memsvc.transports.grpc.servicer import MemoryServicer
-from memsvc.transports.grpc.status import rich_status
 from memsvc.transports.http.connect import Gate, Refusal
 from memsvc.transports.http.hosts import HostPolicy
 from memsvc.transports.http.server import HttpServer, HttpTls, bind
-from memsvc.transports.wire import refusal_of_bytes
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 
 log = structlog.get_logger(__name__)
-
-Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["MemoryService"].full_name
 # Health of writes alone: NOT_SERVING while the disk is full or the log or store is down
@@ -132,70 +128,6 @@ class RunningServer:
         self.server.stop(grace).wait()
         if not self.servicer.in_flight.wait_idle(10.0):
             log.warning("shutdown_handlers_still_running")
-
-
-class _Undecodable:
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-
-class _TooMany:
-    def __init__(self, field: str, why: str) -> None:
-        self.field = field
-        self.why = why
-
-
-class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """A request that does not decode (invalid UTF-8 in a string field, a malformed
-    message) is the caller's error, INVALID_ARGUMENT, not gRPC's default INTERNAL; and one
-    with too many items is refused from its bytes, before it is decoded (memsvc.transports.wire)."""
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-        details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        handler: Any = continuation(details)  # a namedtuple at run time (_replace)
-        if handler is None or not handler.unary_unary or handler.request_deserializer is None:
-            return handler  # type: ignore[no-any-return]
-        decode = handler.request_deserializer
-        behavior = handler.unary_unary
-        method = details.method.rpartition("/")[2]
-
-        def safe_decode(data: bytes) -> Any:
-            refused = refusal_of_bytes(method, data)
-            if refused is not None:
-                return _TooMany(*refused)
-            try:
-                return decode(data)
-            except Exception as exc:
-                return _Undecodable(exc)
-
-        def checked(request: Any, context: grpc.ServicerContext) -> Any:
-            if isinstance(request, _TooMany):
-                context.abort_with_status(
-                    rich_status(
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        f"{request.field}: {request.why}",
-                        violations=[(request.field, request.why)],
-                    )
-                )
-            if isinstance(request, _Undecodable):
-                description = (
-                    "does not decode as the method's message (invalid UTF-8 in a string"
-                    f" field, or a malformed message): {request.error}"[:500]
-                )
-                context.abort_with_status(
-                    rich_status(
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        f"request: {description}",
-                        violations=[("request", description)],
-                    )
-                )
-            return behavior(request, context)
-
-        replaced: Handler = handler._replace(request_deserializer=safe_decode, unary_unary=checked)
-        return replaced
 
 
 def start_server(
