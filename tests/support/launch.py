@@ -26,8 +26,13 @@ def free_port() -> int:
 
 
 def start_child(
-    data_dir: Path, port: int, *extra: str, env: dict[str, str] | None = None
+    data_dir: Path,
+    port: int,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    open_files: int | None = None,
 ) -> subprocess.Popen[bytes]:
+    """`memsvc serve` in a child process; `open_files`: its hard limit on open files."""
     env = {**os.environ, **(env or {})}
     env.setdefault("MEMSVC_EMBED_MODEL", "sentence-transformers/all-MiniLM-L6-v2")
     env.setdefault("TQDM_DISABLE", "1")
@@ -47,7 +52,14 @@ def start_child(
             *extra,
         ],
         env=env,
+        preexec_fn=None if open_files is None else lambda: _limit_open_files(open_files),
     )
+
+
+def _limit_open_files(limit: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
 def wait_serving(

@@ -4,6 +4,7 @@ health and reflection, TLS, and `memsvc serve`'s life cycle."""
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import threading
 import uuid
@@ -51,6 +52,7 @@ WRITES_HEALTH = f"{SERVICE_NAME}.Writes"
 # grpcio-reflection serves v1alpha only; v1 (what current grpcurl, Postman and the other
 # languages' tools ask first) is the same protocol under another name, served alongside.
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+HANDSHAKE_TIMEOUT_MS = 10_000
 
 
 def _enable_reflection(server: grpc.Server) -> None:
@@ -156,6 +158,9 @@ def start_server(
             # read whole before any interceptor sees the token: kept small
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
+            # a connection that has not finished its HTTP/2 preface and settings by then is
+            # closed (gRPC's default waits 120 s: slow clients would hold descriptors)
+            ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
         ],
     )
     servicer = MemoryServicer(
@@ -247,11 +252,27 @@ STARTUP_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+def raise_open_file_limit() -> int:
+    """The soft limit on open files raised to the hard one (at most 1,048,576): every
+    connection holds a descriptor, and a default of 1,024 let slow clients starve the
+    server. Returns the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = min(hard if hard != resource.RLIM_INFINITY else 1 << 20, 1 << 20)
+    if soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (OSError, ValueError):
+            pass
+    return soft
+
+
 def serve(settings: Settings) -> None:
     """`memsvc serve`: everything that can fail at once is checked before the model loads
     (ports, the data dir lock, the tokens file), each failure a one-line error; then load
     model and store and serve until SIGINT/SIGTERM."""
     check_exposure(settings)
+    open_files = raise_open_file_limit()
     # Everything the service writes (event log, cache, Milvus Lite files) is private.
     os.umask(0o077)
     try:
@@ -323,6 +344,7 @@ def serve(settings: Settings) -> None:
         auth=tokens is not None,
         tls=settings.tls_cert_file is not None,
         mtls=settings.tls_client_ca_file is not None,
+        open_files=open_files,
     )
     if metrics_port is not None:
         log.info("metrics", address=f"{settings.metrics_listen.rpartition(':')[0]}:{metrics_port}")

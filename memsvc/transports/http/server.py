@@ -1,9 +1,18 @@
 """The HTTP listener (MEMSVC_HTTP_LISTEN): uvicorn in a thread of `memsvc serve`, serving
 the Connect bridge. Its socket is bound before the model loads, so a port in use is a
-one-line start-up error like the gRPC and metrics ports."""
+one-line start-up error like the gRPC and metrics ports.
+
+Slow clients (slowloris: headers sent a byte at a time, no token needed) hold a connection
+and a file descriptor each; 1,100 of them once starved the process of descriptors, so that
+gRPC health checks and HTTP calls timed out. So a request's headers must arrive within
+HEADERS_DEADLINE_S of the connection (or of the previous response), however slowly bytes
+trickle in; an idle kept-alive connection closes after KEEP_ALIVE_S; and past
+MAX_CONNECTIONS open connections new requests get 503 at once, leaving descriptors for
+gRPC."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 import threading
@@ -14,10 +23,53 @@ from pathlib import Path
 import grpc
 import uvicorn
 from starlette.routing import BaseRoute
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from memsvc.domain.limits import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 from memsvc.transports.http.connect import Gate, connect_app
 from memsvc.transports.http.hosts import HostPolicy
+
+HEADERS_DEADLINE_S = 10.0
+KEEP_ALIVE_S = 5
+MAX_CONNECTIONS = 500
+
+
+class HeadersDeadline(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, closing a connection whose request headers are not all
+    in within HEADERS_DEADLINE_S: a byte now and then does not keep it open (uvicorn's own
+    keep-alive timer restarts with every byte, and only runs between requests)."""
+
+    _due: asyncio.TimerHandle | None = None
+    _waiting_since: object = None  # the request cycle the deadline was set after
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._set_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._set_deadline()  # the next request's headers on a kept-alive connection
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self._due is not None and self.cycle is not self._waiting_since:
+            self._due.cancel()  # a new request's headers are in
+            self._due = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._due is not None:
+            self._due.cancel()
+        super().connection_lost(exc)
+
+    def _set_deadline(self) -> None:
+        if self._due is not None:
+            self._due.cancel()
+        self._waiting_since = self.cycle
+        self._due = self.loop.call_later(HEADERS_DEADLINE_S, self._too_slow)
+
+    def _too_slow(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
 
 
 @dataclass(frozen=True)
@@ -69,6 +121,9 @@ class HttpServer:
             log_level="warning",
             access_log=False,
             lifespan="off",
+            http=HeadersDeadline,
+            timeout_keep_alive=KEEP_ALIVE_S,
+            limit_concurrency=MAX_CONNECTIONS,
             ssl_certfile=str(tls.cert_file) if tls else None,
             ssl_keyfile=str(tls.key_file) if tls else None,
             ssl_ca_certs=str(tls.client_ca_file) if tls and tls.client_ca_file else None,
