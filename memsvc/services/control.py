@@ -63,14 +63,20 @@ class IndexControl:
         return self.queue.paused()
 
     # -- status ---------------------------------------------------------------------------
-    def status(self, conversation_ids: Sequence[str], access: Access = FULL) -> list[QueueItem]:
-        """The named conversations."""
+    def status(
+        self, conversation_ids: Sequence[str] = (), access: Access = FULL
+    ) -> list[QueueItem]:
+        """The named conversations, or (none named) every one the token may see: for
+        callers in this process; GetIndexStatus reads those a page at a time (status_page)."""
         ids = [
             validation.conversation_id(c, f"conversation_ids[{i}]")
             for i, c in enumerate(conversation_ids)
         ]
-        access.check_all(ids, "conversation_ids")
-        return self.queue.status(ids)
+        if ids:
+            access.check_all(ids, "conversation_ids")
+            return self.queue.status(ids)
+        access.every_conversation("GetIndexStatus")
+        return self.queue.status(prefixes=access.prefixes)
 
     def status_page(
         self,
