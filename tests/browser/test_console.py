@@ -344,3 +344,32 @@ def test_export_downloads_json_lines(page: Any, console: Console) -> None:
         "speaker_name": "",
     }
     assert [e["text"] for e in events[: len(SUPPORT)]] == [t for _, t in SUPPORT]
+
+
+def test_a_turn_id_far_out_is_one_gap_row_not_a_frozen_tab(page: Any, console: Console) -> None:
+    # issue 62, item 13: one turn id of 10**12 froze the tab of whoever opened the
+    # conversation (a row per id); ids between the turns the log holds are now one row
+    far = 10**12
+    events = [
+        pb.MemoryEvent(
+            conversation_id="acme/far",
+            turn_id=t,
+            speaker="user",
+            text=text,
+            timestamp="2026-03-01T09:00:00Z",
+        )
+        for t, text in ((0, "The first note."), (far, "A note restored far out."))
+    ]
+    reply = console.stub.AppendEvents(
+        pb.AppendEventsRequest(events=events, allow_gaps=True),
+        metadata=[("authorization", f"Bearer {ADMIN}")],
+    )
+    assert not reply.errors, reply.errors
+    sign_in(page, ADMIN)
+    page.click("nav button[data-screen=conversations]")
+    page.fill("#open-id", "acme/far")
+    page.click("#open-form button[type=submit]")
+    rows = page.locator("#turns tbody tr")
+    expect(rows).to_have_count(3)
+    expect(rows.nth(1)).to_contain_text(f"1–{far - 1}")
+    expect(page.locator(f"#turns tbody tr[data-turn='{far}']")).to_contain_text("restored far")

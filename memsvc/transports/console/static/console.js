@@ -379,32 +379,39 @@ async function loadConversation(id, scroll) {
 function renderTurns(events, indexed, lastTurn, chunks) {
   const body = $("turns").querySelector("tbody");
   body.replaceChildren();
-  const byTurn = new Map(events.map((e) => [Number(e.turnId || 0), e]));
-  const deletedText = new Map();
-  for (const c of chunks.filter((c) => c.metadata.deleted)) {
+  // Rows for the turns the log holds, and one row per run of ids between them (deleted
+  // turns, or a gap a restore left): never one row per id, which ids up to 2^53 forbid.
+  const live = events.map((e) => [Number(e.turnId || 0), e]).sort((a, b) => a[0] - b[0]);
+  const deleted = chunks.filter((c) => c.metadata.deleted).map((c) => {
     const range = c.metadata.turnRange || {};
-    for (let t = Number(range.start || 0); t <= Number(range.end || 0); t++) {
-      deletedText.set(t, c.text);
-    }
-  }
-  for (let t = 0; t <= lastTurn; t++) {
-    const e = byTurn.get(t);
+    return [Number(range.start || 0), Number(range.end || 0), c.text];
+  });
+  const missing = (from, to) => {
+    const over = deleted.find(([start, end]) => start <= to && end >= from);
+    const tr = row(["", from === to ? from : `${from}–${to}`, "", "",
+      over ? over[2] : "(deleted)", "deleted"]);
+    tr.dataset.turn = String(from);
+    tr.className = "deleted";
+    tr.firstChild.className = "writer-only";
+    body.append(tr);
+  };
+  let next = 0;
+  for (const [t, e] of live) {
+    if (t > next) missing(next, t - 1);
     const pick = el("input", null, {type: "checkbox", "aria-label": "select turn " + t});
     pick.checked = state.selected.has(t);
-    pick.disabled = !e;
     pick.addEventListener("change", () => {
       if (pick.checked) state.selected.add(t); else state.selected.delete(t);
       $("delete-turns").disabled = state.selected.size === 0;
     });
-    const tr = e
-      ? row([pick, t, e.speaker, e.timestamp, e.text,
-        t > indexed ? "not yet searchable" : "searchable"])
-      : row([pick, t, "", "", deletedText.get(t) || "(deleted)", "deleted"]);
+    const tr = row([pick, t, e.speaker, e.timestamp, e.text,
+      t > indexed ? "not yet searchable" : "searchable"]);
     tr.dataset.turn = String(t);
-    tr.className = e ? "" : "deleted";
     tr.firstChild.className = "writer-only";
     body.append(tr);
+    next = t + 1;
   }
+  if (lastTurn >= next) missing(next, lastTurn);
   $("delete-turns").disabled = state.selected.size === 0;
 }
 
