@@ -325,6 +325,52 @@ def test_nul_is_handled_alike_on_both_logs(services_on_both: Services) -> None:
         assert not r.events("nul", [1])
 
 
+def test_a_keyed_write_retried_is_written_once(services_on_both: Services) -> None:
+    # issue 62, item 8: MCP add_turns said "re-sending a turn is harmless", but a re-sent
+    # call without ids stored the turns twice (also a retry after a time-out that came
+    # after the commit). With an idempotency key, a retry returns the first answer.
+    svc = services_on_both
+    said = [MemoryEvent("keyed", 0, "user", f"note {i}", "") for i in range(3)]
+    first = svc.ingest.append(said, assign_turn_ids=True, idempotency_key="k-1")
+    assert first.accepted == 3 and first.turn_ids == [0, 1, 2]
+    # retries, one after the other and four at once: the first answer, nothing written
+    assert svc.ingest.append(said, assign_turn_ids=True, idempotency_key="k-1") == first
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(
+            pool.map(
+                lambda _: svc.ingest.append(said, assign_turn_ids=True, idempotency_key="k-1"),
+                range(4),
+            )
+        )
+    assert answers == [first] * 4
+    # four new writers at once, each with its own key: each written once, in one piece
+    with ThreadPoolExecutor(4) as pool:
+        fresh = list(
+            pool.map(
+                lambda i: svc.ingest.append(said, assign_turn_ids=True, idempotency_key=f"n-{i}"),
+                range(4),
+            )
+        )
+    assert sorted(r.turn_ids[0] for r in fresh) == [3, 6, 9, 12]
+    exported, _ = svc.ingest.export_events("keyed", 0, "")
+    assert len(exported) == 15
+    # the same key with other events is an error, not the answer to another question
+    with pytest.raises(InvalidArgument, match="idempotency_key"):
+        svc.ingest.append(said[:1], assign_turn_ids=True, idempotency_key="k-1")
+    # keys are kept per set of conversations: another conversation's "k-1" is its own
+    other = [MemoryEvent("keyed-other", 0, "user", "hi", "")]
+    assert svc.ingest.append(other, assign_turn_ids=True, idempotency_key="k-1").accepted == 1
+    # an answer with errors is kept too: the retry says the same, writes nothing
+    bad = [MemoryEvent("keyed", 0, "robot", "no", "")]
+    refused = svc.ingest.append(bad, assign_turn_ids=True, idempotency_key="k-2")
+    assert (
+        refused.errors
+        and svc.ingest.append(bad, assign_turn_ids=True, idempotency_key="k-2") == refused
+    )
+    with pytest.raises(InvalidArgument, match="idempotency_key"):
+        svc.ingest.append(said, idempotency_key="x" * 129)
+
+
 def test_payload_comes_back_exactly_and_is_never_searched(services: Services) -> None:
     """MemoryEvent.payload (issue 39): an agent framework's raw item, kept as sent and
     returned by export, never in a chunk or a search; part of the turn's content (a new

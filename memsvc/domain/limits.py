@@ -21,6 +21,7 @@ MAX_PAYLOAD_CHARS = 3_000_000
 MAX_NAME_CHARS = 256  # a participant or speaker name
 MAX_PARTICIPANTS = 64  # names per event, and per chunk (the first 64 in turn order)
 MAX_TIMESTAMP_CHARS = 64  # RFC 3339 needs at most 35; the store column holds 64
+MAX_IDEMPOTENCY_KEY_CHARS = 128  # AppendEventsRequest.idempotency_key
 
 # -- chunk records ----------------------------------------------------------------------------
 MAX_CHUNK_ID_CHARS = 64

@@ -131,6 +131,19 @@ class LogWriter(LogReader, Protocol):
 
     def delete_meta(self, key: str) -> None: ...
 
+    def claim_key(
+        self, key: str, request_hash: str, expire_before: float
+    ) -> tuple[str, str] | None:
+        """A keyed write's key, claimed for this transaction: None when it is new (the
+        caller writes, then `answer_key`), else (its request hash, its answer) as the first
+        write recorded them. A concurrent claim of the same key waits for this transaction.
+        Keys created before `expire_before` (the log's clock) are forgotten first."""
+        ...
+
+    def answer_key(self, key: str, answer: str) -> None:
+        """Record the answer of the write that claimed `key` in this transaction."""
+        ...
+
     def savepoint(self) -> AbstractContextManager[None]:
         """A nested all-or-nothing part: an exception inside undoes only this part."""
         ...

@@ -1,7 +1,8 @@
 """The operations of memsvc, on the interfaces of memsvc.ports:
 
 - writes: `ingest` (build, append, upsert), `turns` (which events are new, edits,
-  duplicates or refused; the ids the server gives), `deletion` (delete, retire, purge);
+  duplicates or refused; the ids the server gives), `keyed_writes` (a retried write
+  answered once), `deletion` (delete, retire, purge);
 - the projection of the log into the store: `projection` (plan, reconcile),
   `projection_write` (embed and write), `vectors` (through the embedding cache),
   `indexing` (the worker's lease loop), `bootstrap` (start-up steps), `audit` (the store

@@ -28,6 +28,7 @@ from memsvc.domain.types import (
     UpsertResult,
 )
 from memsvc.ports import ChunkStore, Embedder, EventLog, LogReader, LogWriter, WriterLocks
+from memsvc.services.keyed_writes import KeyedWrite
 from memsvc.services.projection import Projector, Replan
 from memsvc.services.turns import (
     TurnsDeleted,
@@ -153,6 +154,7 @@ class IngestService:
         access: Access = FULL,
         restore: bool = False,
         assign_turn_ids: bool = False,
+        idempotency_key: str = "",
     ) -> AppendResult:
         """Durably log events of any number of conversations and record their indexing
         work. A conversation with a bad event is rejected whole (its events are listed in
@@ -160,10 +162,17 @@ class IngestService:
         only, brings it back); the others are written. `assign_turn_ids`: the server numbers
         each conversation's events after its last turn, in the order sent, inside the
         transaction that holds the conversation's row (concurrent appenders never collide),
-        and stamps events without a timestamp with the time of receipt."""
+        and stamps events without a timestamp with the time of receipt.
+        `idempotency_key`: a retry of this write returns its first answer and writes
+        nothing (memsvc.services.keyed_writes)."""
         if restore:
             access.need_admin("restoring deleted turns", "restore")
         validation.event_count(events)
+        keyed = (
+            KeyedWrite.of(idempotency_key, events, (allow_gaps, restore, assign_turn_ids))
+            if idempotency_key
+            else None
+        )
         if assign_turn_ids:
             events = provisional_ids(events)
         events, truncated = self._fit(events)
@@ -188,6 +197,9 @@ class IngestService:
         accepted = duplicates = 0
         numbered: dict[str, int] = {}  # conversation -> the turn id its first event got
         with self.log.transaction() as tx:
+            earlier = keyed.claim(tx) if keyed is not None else None
+            if earlier is not None:
+                return earlier  # a retry: the first answer, nothing written again
             # Rows are locked in id order: two appends naming the same conversations never
             # wait on each other in a cycle (a database that locks rows).
             for conv, rows in sorted(good.items()):
@@ -208,19 +220,22 @@ class IngestService:
                     continue
                 accepted += len(changed)
                 duplicates += len(rows) - len(changed)
-        refused = {e.chunk_id for e in errors}
-        turn_ids = []
-        if assign_turn_ids:  # events[i] carries its provisional id: its place in its conversation
-            for e in events:
-                first = numbered.get(normal_id(e.conversation_id))
-                turn_ids.append(-1 if first is None else first + e.turn_id)
-        return AppendResult(
-            accepted,
-            duplicates,
-            errors,
-            [t for t in truncated if t.event not in refused],
-            turn_ids,
-        )
+            refused = {e.chunk_id for e in errors}
+            turn_ids = []
+            if assign_turn_ids:  # events[i] carries its provisional id: its place in its conv
+                for e in events:
+                    first = numbered.get(normal_id(e.conversation_id))
+                    turn_ids.append(-1 if first is None else first + e.turn_id)
+            result = AppendResult(
+                accepted,
+                duplicates,
+                errors,
+                [t for t in truncated if t.event not in refused],
+                turn_ids,
+            )
+            if keyed is not None:
+                keyed.answer(tx, result)  # with the events, in one transaction
+        return result
 
     def _event_rows(self, events: Sequence[MemoryEvent]) -> list[EventRow]:
         cleaned = [clean_text(e.text) for e in events]

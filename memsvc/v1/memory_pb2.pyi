@@ -390,16 +390,18 @@ class PurgeDeletedResponse(_message.Message):
     def __init__(self, chunks_purged: _Optional[int] = ..., events_purged: _Optional[int] = ...) -> None: ...
 
 class AppendEventsRequest(_message.Message):
-    __slots__ = ("events", "allow_gaps", "restore", "assign_turn_ids")
+    __slots__ = ("events", "allow_gaps", "restore", "assign_turn_ids", "idempotency_key")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_GAPS_FIELD_NUMBER: _ClassVar[int]
     RESTORE_FIELD_NUMBER: _ClassVar[int]
     ASSIGN_TURN_IDS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[MemoryEvent]
     allow_gaps: bool
     restore: bool
     assign_turn_ids: bool
-    def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., allow_gaps: _Optional[bool] = ..., restore: _Optional[bool] = ..., assign_turn_ids: _Optional[bool] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., allow_gaps: _Optional[bool] = ..., restore: _Optional[bool] = ..., assign_turn_ids: _Optional[bool] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class AppendEventsResponse(_message.Message):
     __slots__ = ("accepted", "duplicates", "errors", "truncated", "turn_ids")

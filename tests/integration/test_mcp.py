@@ -244,6 +244,15 @@ async def agent_flow(writer: Client, conversation: str) -> None:
         )
         assert after.structured_content is not None
         assert after.structured_content["turn_ids"] == [3]  # a deleted id is never reused
+        # issue 62, item 8: a call retried with its request_id is stored once
+        keyed = {"conversation_id": conversation, "turns": more, "request_id": "r-7f3a"}
+        once = await writer.call_tool("add_turns", keyed)
+        twice = await writer.call_tool("add_turns", keyed)
+        assert once.structured_content is not None and twice.structured_content is not None
+        assert once.structured_content == twice.structured_content
+        assert once.structured_content["turn_ids"] == [4]
+        other = await writer.call_tool("add_turns", {**keyed, "turns": said[:1]})
+        assert other.is_error and "request_id" in text_of(other), text_of(other)
 
 
 def test_agents_add_turns_without_ids_or_times(target: str) -> None:

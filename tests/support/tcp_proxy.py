@@ -1,8 +1,10 @@
 """A TCP proxy a test controls, to cut a service off the way networks fail: `partition()`
 keeps every connection open and silently drops the bytes (a switch that stops forwarding,
 a firewall that drops packets: nobody hears a reset), `heal()` forwards again, and
-`reset()` closes every connection (a crash on the far side). Bytes a partition dropped are
-lost, as on a network: the connections they belonged to are broken for good."""
+`reset()` closes every connection (a crash on the far side), and `answers_lost()` forwards
+requests but drops what comes back (the reply of a call that was done never arrives).
+Bytes a partition dropped are lost, as on a network: the connections they belonged to are
+broken for good."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ class TcpProxy:
         self.port: int = self._listener.getsockname()[1]
         self._forwarding = threading.Event()
         self._forwarding.set()
+        self._answering = threading.Event()  # the far side's bytes come back
+        self._answering.set()
         self._closed = threading.Event()
         self._guard = threading.Lock()
         self._sockets: list[socket.socket] = []
@@ -33,6 +37,11 @@ class TcpProxy:
 
     def heal(self) -> None:
         self._forwarding.set()
+        self._answering.set()
+
+    def answers_lost(self) -> None:
+        """From now on requests reach the far side, and nothing it sends comes back."""
+        self._answering.clear()
 
     def reset(self) -> None:
         with self._guard:
@@ -69,10 +78,13 @@ class TcpProxy:
             upstream.settimeout(None)
             with self._guard:
                 self._sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for a, b, gate in (
+                (client, upstream, self._forwarding),
+                (upstream, client, self._answering),
+            ):
+                threading.Thread(target=self._pipe, args=(a, b, gate), daemon=True).start()
 
-    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pipe(self, source: socket.socket, sink: socket.socket, gate: threading.Event) -> None:
         while True:
             try:
                 data = source.recv(65536)
@@ -83,7 +95,7 @@ class TcpProxy:
                     with suppress(OSError):
                         s.shutdown(socket.SHUT_RDWR)
                 return
-            if not self._forwarding.is_set():
+            if not (self._forwarding.is_set() and gate.is_set()):
                 # Partitioned: what arrives is dropped. The sender's kernel saw it delivered
                 # (to this proxy), so only a time-out above TCP notices: the harder case.
                 continue

@@ -11,7 +11,14 @@ retries), `AsyncMemoryClient` (the same over grpc.aio), the generated stubs in
 """
 
 from memsvc_client.aio import AsyncMemoryClient
-from memsvc_client.client import MemoryClient, MemsvcError, RefusedEvents
+from memsvc_client.client import MemoryClient, MemsvcError, RefusedEvents, new_idempotency_key
 from memsvc_client.v1 import memory_pb2 as pb
 
-__all__ = ["AsyncMemoryClient", "MemoryClient", "MemsvcError", "RefusedEvents", "pb"]
+__all__ = [
+    "AsyncMemoryClient",
+    "MemoryClient",
+    "MemsvcError",
+    "RefusedEvents",
+    "new_idempotency_key",
+    "pb",
+]

@@ -18,10 +18,12 @@ import grpc.aio
 
 from memsvc_client.client import (
     MemsvcError,
+    append_request,
     bearer,
     channel_options,
     credentials,
     last_turns,
+    retry_safely,
     search_request,
     wait_request,
 )
@@ -90,10 +92,17 @@ class AsyncMemoryClient:
         wait: bool = False,
         wait_timeout_s: float = 120,
         assign_turn_ids: bool = False,
+        idempotency_key: str | None = None,
     ) -> pb.AppendEventsResponse:
+        """As MemoryClient.append."""
         events = list(events)
-        request = pb.AppendEventsRequest(events=events, assign_turn_ids=assign_turn_ids)
-        reply: pb.AppendEventsResponse = await self.call("AppendEvents", request)
+        request = append_request(events, assign_turn_ids, idempotency_key)
+        try:
+            reply: pb.AppendEventsResponse = await self.call("AppendEvents", request)
+        except MemsvcError as exc:
+            if not retry_safely(exc, idempotency_key):
+                raise
+            reply = await self.call("AppendEvents", request)  # the same key: written once
         if wait and not reply.errors:
             for conversation_id, turn_id in last_turns(events, reply.turn_ids).items():
                 await self.wait_for_indexed(conversation_id, turn_id, wait_timeout_s)

@@ -5,6 +5,7 @@ pushback)."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
@@ -145,6 +146,26 @@ def written(reply: pb.AppendEventsResponse, what: str = "events") -> pb.AppendEv
     return reply
 
 
+def new_idempotency_key() -> str:
+    """A fresh key for one write (AppendEventsRequest.idempotency_key)."""
+    return uuid.uuid4().hex
+
+
+def append_request(
+    events: Sequence[pb.MemoryEvent], assign_turn_ids: bool, idempotency_key: str | None
+) -> pb.AppendEventsRequest:
+    return pb.AppendEventsRequest(
+        events=events, assign_turn_ids=assign_turn_ids, idempotency_key=idempotency_key or ""
+    )
+
+
+def retry_safely(exc: MemsvcError, idempotency_key: str | None) -> bool:
+    """Whether a keyed write that failed this way may be sent again: its answer was lost
+    (the server may have written it; the key makes a second write a no-op)."""
+    lost = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
+    return bool(idempotency_key) and exc.code in lost
+
+
 class MemoryClient:
     """memsvc at `target`. `token`: a bearer token when authentication is on; `ca_file`: a
     PEM CA to trust (TLS); `attempts`: tries per call while the server is UNAVAILABLE."""
@@ -184,14 +205,22 @@ class MemoryClient:
         wait: bool = False,
         wait_timeout_s: float = 120,
         assign_turn_ids: bool = False,
+        idempotency_key: str | None = None,
     ) -> pb.AppendEventsResponse:
         """Log the events durably; with `wait`, return once the last turn of each
         conversation is searchable (MemsvcError DEADLINE_EXCEEDED if not in time).
         `assign_turn_ids`: the server numbers the events after each conversation's last
-        turn (their turn_id unset) and returns the ids in `turn_ids`."""
+        turn (their turn_id unset) and returns the ids in `turn_ids`. `idempotency_key`
+        (`new_idempotency_key()`): a call whose answer was lost (DEADLINE_EXCEEDED,
+        UNAVAILABLE) is sent once more with it, and the server writes it once."""
         events = list(events)
-        request = pb.AppendEventsRequest(events=events, assign_turn_ids=assign_turn_ids)
-        reply: pb.AppendEventsResponse = self.call("AppendEvents", request)
+        request = append_request(events, assign_turn_ids, idempotency_key)
+        try:
+            reply: pb.AppendEventsResponse = self.call("AppendEvents", request)
+        except MemsvcError as exc:
+            if not retry_safely(exc, idempotency_key):
+                raise
+            reply = self.call("AppendEvents", request)  # the same key: written once
         if wait and not reply.errors:
             for conversation_id, turn_id in last_turns(events, reply.turn_ids).items():
                 self.wait_for_indexed(conversation_id, turn_id, wait_timeout_s)

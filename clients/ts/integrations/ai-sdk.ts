@@ -61,7 +61,12 @@ export async function addTurns(
 ) {
   const { signal } = options;
   const reply = await client.appendEvents(
-    { events: turns.map((t) => ({ conversationId, ...t })), assignTurnIds: true },
+    {
+      events: turns.map((t) => ({ conversationId, ...t })),
+      assignTurnIds: true,
+      // a retry of this call (its answer lost) is written once
+      idempotencyKey: crypto.randomUUID(),
+    },
     { signal },
   );
   if (reply.errors.length > 0) {

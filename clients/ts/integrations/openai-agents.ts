@@ -130,6 +130,8 @@ export class MemsvcSession implements Session {
         payload: JSON.stringify(item),
       })),
       assignTurnIds: true,
+      // a retry of this call (its answer lost) is written once
+      idempotencyKey: crypto.randomUUID(),
     });
     if (reply.errors.length > 0) {
       // the conversation was not written: say why, never drop silently

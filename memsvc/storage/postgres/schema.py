@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from memsvc.storage.sql.connection import Sql
-from memsvc.storage.sqlite.schema import LAYOUT_STANDING, SchemaTooNew
+from memsvc.storage.sqlite.schema import IDEMPOTENCY, LAYOUT_STANDING, SchemaTooNew
 
 Migration = Callable[[Sql], None]
 
@@ -118,7 +118,13 @@ def _v3(sql: Sql) -> None:
         sql.run(statement)
 
 
-MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3)
+def _v4(sql: Sql) -> None:
+    """Keyed writes keep their first answer (AppendEventsRequest.idempotency_key)."""
+    for statement in IDEMPOTENCY:
+        sql.run(statement)
+
+
+MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3, _v4)
 
 
 def migrate(sql: Sql, migrations: Sequence[Migration] = MIGRATIONS) -> tuple[int, int]:

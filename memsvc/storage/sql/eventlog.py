@@ -66,6 +66,24 @@ class SqlLog(LayoutQueries, WorkQueries):
         assert row is not None
         return float(row[0])
 
+    def claim_key(
+        self, key: str, request_hash: str, expire_before: float
+    ) -> tuple[str, str] | None:
+        self.sql.run("DELETE FROM idempotency WHERE created < ?", (expire_before,))
+        claimed = self.sql.run(
+            "INSERT INTO idempotency (key, request_hash, answer, created)"
+            f" VALUES (?, ?, '', {self.sql.dialect.now}) ON CONFLICT (key) DO NOTHING",
+            (key, request_hash),
+        )
+        if claimed:
+            return None
+        row = self.sql.one("SELECT request_hash, answer FROM idempotency WHERE key = ?", (key,))
+        assert row is not None  # it conflicted: another write committed it
+        return str(row[0]), str(row[1])
+
+    def answer_key(self, key: str, answer: str) -> None:
+        self.sql.run("UPDATE idempotency SET answer = ? WHERE key = ?", (answer, key))
+
     def delete_meta(self, key: str) -> None:
         self.sql.run("DELETE FROM meta WHERE key = ?", (key,))
 

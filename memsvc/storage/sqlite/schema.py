@@ -216,7 +216,21 @@ def _log_v4(sql: Sql) -> None:
         sql.run(statement)
 
 
-LOG_MIGRATIONS: tuple[Migration, ...] = (_log_v1, _log_v2, _log_v3, _log_v4)
+# AppendEventsRequest.idempotency_key: the first answer to a keyed write, for its retries.
+IDEMPOTENCY = (
+    "CREATE TABLE idempotency (key TEXT PRIMARY KEY, request_hash TEXT NOT NULL,"
+    " answer TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)",
+    "CREATE INDEX idempotency_created ON idempotency (created)",
+)
+
+
+def _log_v5(sql: Sql) -> None:
+    """Keyed writes keep their first answer (AppendEventsRequest.idempotency_key)."""
+    for statement in IDEMPOTENCY:
+        sql.run(statement)
+
+
+LOG_MIGRATIONS: tuple[Migration, ...] = (_log_v1, _log_v2, _log_v3, _log_v4, _log_v5)
 
 
 def _cache_v1(sql: Sql) -> None:

@@ -343,6 +343,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             current_access(),
             restore=request.restore,
             assign_turn_ids=request.assign_turn_ids,
+            idempotency_key=request.idempotency_key,
         )
         if result.accepted:
             core.worker.notify()

@@ -85,12 +85,14 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
         description=(
             "Store turns of one conversation in long-term memory. Writes are durable when "
             "this returns; they become searchable within seconds (pass wait=true to return "
-            "only once they are). Re-sending a turn is harmless."
+            "only once they are). To retry a call safely, send it again with the same "
+            "request_id: the turns are stored once. Without request_id, a turn re-sent "
+            "without turn_id is stored again."
         ),
         annotations=ToolAnnotations(
             read_only_hint=False,
             destructive_hint=False,
-            idempotent_hint=True,
+            idempotent_hint=False,  # only with request_id
             open_world_hint=False,
         ),
     )
@@ -101,6 +103,13 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
         wait: Annotated[
             bool, Field(description="Return once the last turn is searchable (up to 60 s).")
         ] = False,
+        request_id: Annotated[
+            str | None,
+            Field(
+                description="Any id of yours for this call (e.g. a UUID), up to 128 characters:"
+                " a retry with the same request_id and turns stores nothing twice."
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, AddTurnsResult]:
         if not turns:
             raise ToolError("INVALID_ARGUMENT: turns: at least one turn")
@@ -131,9 +140,14 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
                 for t in turns
             ],
             assign_turn_ids=assign,
+            idempotency_key=request_id or "",
         )
         bearer = token(ctx)
-        renames = {"events[0].conversation_id": "conversation_id", "events": "turns"}
+        renames = {
+            "events[0].conversation_id": "conversation_id",
+            "events": "turns",
+            "idempotency_key": "request_id",
+        }
         reply = await _off_loop(
             gateway.call, lambda s: s.AppendEvents, request, bearer, renames=renames
         )
@@ -154,15 +168,21 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
         text += f" ({reply.duplicates} already stored)." if reply.duplicates else "."
         if wait:
             last = max(ids)
-            waited = await _off_loop(
-                gateway.call,
-                lambda s: s.WaitForIndexed,
-                pb.WaitForIndexedRequest(
-                    conversation_id=conversation_id, turn_id=last, timeout_ms=WAIT_TIMEOUT_MS
-                ),
-                bearer,
-                timeout_s=WAIT_TIMEOUT_MS / 1000 + 10,
-            )
+            try:
+                waited = await _off_loop(
+                    gateway.call,
+                    lambda s: s.WaitForIndexed,
+                    pb.WaitForIndexedRequest(
+                        conversation_id=conversation_id, turn_id=last, timeout_ms=WAIT_TIMEOUT_MS
+                    ),
+                    bearer,
+                    timeout_s=WAIT_TIMEOUT_MS / 1000 + 10,
+                )
+            except ToolError as exc:
+                # the turns are stored: a failed wait is no reason to send them again
+                value.indexed = False
+                text += f" Stored; whether they are searchable yet is not known ({exc})."
+                return _result(text, value)
             value.indexed, value.backlog = waited.indexed, waited.status.backlog
             text += (
                 " They are searchable now."

@@ -42,7 +42,7 @@ from google.adk.memory.memory_entry import MemoryEntry
 from google.genai import types
 
 from memsvc_client.aio import AsyncMemoryClient
-from memsvc_client.client import MemsvcError, search_request, written
+from memsvc_client.client import MemsvcError, new_idempotency_key, search_request, written
 from memsvc_client.integrations._hits import said_lines
 from memsvc_client.integrations._ids import joined_id
 from memsvc_client.v1 import memory_pb2 as pb
@@ -140,7 +140,11 @@ class MemsvcMemoryService(BaseMemoryService):
         if not new:
             return
         turns = [to_turn(conversation, e, self.max_text_chars) for e in new]
-        written(await self._memory.append(turns, assign_turn_ids=True))
+        written(
+            await self._memory.append(
+                turns, assign_turn_ids=True, idempotency_key=new_idempotency_key()
+            )
+        )
 
     async def events(self, *, app_name: str, user_id: str) -> list[Event]:
         """Every event kept for this user, in the order added, exactly as added."""

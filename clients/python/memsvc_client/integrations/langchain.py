@@ -54,7 +54,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
 from memsvc_client.aio import AsyncMemoryClient
-from memsvc_client.client import MemoryClient, written
+from memsvc_client.client import MemoryClient, new_idempotency_key, written
 from memsvc_client.v1 import memory_pb2 as pb
 
 # By message type (BaseMessage.type): who speaks in memsvc's turns.
@@ -123,7 +123,11 @@ class MemsvcChatMessageHistory(BaseChatMessageHistory):
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         events = [to_event(self.session_id, m) for m in messages]
         if events:
-            written(self._sync().append(events, assign_turn_ids=True, wait=self.wait), "messages")
+            key = new_idempotency_key()
+            reply = self._sync().append(
+                events, assign_turn_ids=True, wait=self.wait, idempotency_key=key
+            )
+            written(reply, "messages")
 
     def clear(self) -> None:
         self._sync().delete(self.session_id, defer_store=True)
@@ -138,7 +142,9 @@ class MemsvcChatMessageHistory(BaseChatMessageHistory):
             return await super().aadd_messages(messages)
         events = [to_event(self.session_id, m) for m in messages]
         if events:
-            reply = await self.async_client.append(events, assign_turn_ids=True, wait=self.wait)
+            reply = await self.async_client.append(
+                events, assign_turn_ids=True, wait=self.wait, idempotency_key=new_idempotency_key()
+            )
             written(reply, "messages")
 
     async def aclear(self) -> None:

@@ -39,7 +39,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from pydantic import Field, PrivateAttr
 
 from memsvc_client.aio import AsyncMemoryClient
-from memsvc_client.client import MemsvcError, search_request, written
+from memsvc_client.client import MemsvcError, new_idempotency_key, search_request, written
 from memsvc_client.integrations._hits import said_lines
 from memsvc_client.v1 import memory_pb2 as pb
 
@@ -140,7 +140,10 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
         conversation = self._conversation(session_id)
         for event in events:
             event.conversation_id = conversation
-        written(await self._memory.append(events, assign_turn_ids=True), "messages")
+        reply = await self._memory.append(
+            events, assign_turn_ids=True, idempotency_key=new_idempotency_key()
+        )
+        written(reply, "messages")
 
     async def messages(self, session_id: str | None = None) -> list[ChatMessage]:
         """Every message kept in the conversation, in order, exactly as put."""

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from memsvc_client.aio import AsyncMemoryClient
-from memsvc_client.client import MemsvcError, written
+from memsvc_client.client import MemsvcError, new_idempotency_key, written
 from memsvc_client.v1 import memory_pb2 as pb
 
 if TYPE_CHECKING:
@@ -152,7 +152,10 @@ class MemsvcSession:
                     payload=json.dumps(item, ensure_ascii=False),
                 )
             )
-        written(await self._client.append(events, assign_turn_ids=True), "items")
+        reply = await self._client.append(
+            events, assign_turn_ids=True, idempotency_key=new_idempotency_key()
+        )
+        written(reply, "items")
 
     async def pop_item(self) -> TResponseInputItem | None:
         while True:

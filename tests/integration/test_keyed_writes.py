@@ -1,0 +1,60 @@
+"""A write whose answer was lost (issue 62, item 8): the server commits, the reply never
+reaches the caller (here a proxy drops everything the server sends back), the caller's
+deadline passes, and it sends the same call again. With the same idempotency key, the
+retry returns the first answer and nothing is written twice; without one, the turns would
+be stored again (what MCP add_turns did). In this process: the gRPC server, the proxy you
+control, and a real stub."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from memsvc.app import Services
+from memsvc.transports.grpc.server import start_server
+from memsvc.v1 import memory_pb2 as pb
+from memsvc.v1 import memory_pb2_grpc as pb_grpc
+from tests.support.tcp_proxy import TcpProxy
+
+
+@pytest.fixture()
+def through_proxy(services: Services) -> Iterator[tuple[TcpProxy, pb_grpc.MemoryServiceStub]]:
+    running = start_server("127.0.0.1:0")
+    running.mark_ready(services)
+    proxy = TcpProxy("127.0.0.1", running.port)
+    channel = grpc.insecure_channel(f"127.0.0.1:{proxy.port}")
+    try:
+        yield proxy, pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
+    finally:
+        channel.close()
+        proxy.close()
+        running.stop(0)
+
+
+def test_a_retry_after_a_lost_answer_is_written_once(
+    through_proxy: tuple[TcpProxy, pb_grpc.MemoryServiceStub], services: Services
+) -> None:
+    proxy, stub = through_proxy
+    said = [
+        pb.MemoryEvent(conversation_id="lost", speaker="user", text=f"note {i}") for i in range(3)
+    ]
+    request = pb.AppendEventsRequest(
+        events=said, assign_turn_ids=True, idempotency_key="4f1c-retry"
+    )
+    # the connection is up (an answered call), then the server's replies stop coming back
+    stub.GetIndexStatus(pb.GetIndexStatusRequest(conversation_ids=["lost"]), timeout=30)
+    proxy.answers_lost()
+    with pytest.raises(grpc.RpcError) as lost:
+        stub.AppendEvents(request, timeout=3)
+    assert lost.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    proxy.reset()  # the broken connection goes; the client dials again
+    proxy.heal()
+    retried = stub.AppendEvents(request, timeout=30, wait_for_ready=True)
+    assert list(retried.turn_ids) == [0, 1, 2] and retried.accepted == 3
+    exported, _ = services.ingest.export_events("lost", 0, "")
+    assert [e.text for e in exported] == ["note 0", "note 1", "note 2"]  # once
+    # without a key the same retry stores the turns again: what the key prevents
+    unkeyed = pb.AppendEventsRequest(events=said, assign_turn_ids=True)
+    assert list(stub.AppendEvents(unkeyed, timeout=30).turn_ids) == [3, 4, 5]
