@@ -242,3 +242,19 @@ class MemoryServiceTest(ServerTestCase):
                 conversation, unicodedata.normalize("NFC", " ".join(conversation.split(" ")))
             )
             self.assertNotRegex(conversation, r"\s\s|[^\S ]|^\s|\s$")
+
+    def test_a_session_added_is_found_at_once(self) -> None:
+        # issue 63, item 7: a Runner with PreloadMemoryTool started right after
+        # add_session_to_memory got no memory (InMemoryMemoryService gives the fact): the
+        # service waits until the events are searchable by default
+        async def run() -> list[str]:
+            memory = self.service()
+            _, session = await session_with(
+                [said("user", "My passport is in the blue drawer.")], "trip", "ida"
+            )
+            await memory.add_session_to_memory(session)
+            found = await memory.search_memory(app_name="trip", user_id="ida", query="passport")
+            await memory.close()
+            return [p.text or "" for m in found.memories for p in m.content.parts or []]
+
+        self.assertTrue(any("blue drawer" in t for t in asyncio.run(run())))

@@ -109,6 +109,37 @@ class MemoryBlockTest(ServerTestCase):
         self.assertIn("4417", system.content or "")
         self.assertEqual(prompt[-1].content, "What is my locker code?")
 
+    def test_a_put_is_found_by_the_next_get(self) -> None:
+        # issue 63, item 7: aput then aget gave '' (nothing searchable yet); the block waits
+        # by default, as an in-memory block shows a message at once
+        async def run() -> str:
+            block = self.block(conversation_id="li-ryw")
+            await block.aput(
+                [ChatMessage(role=MessageRole.USER, content="My bike lock code is 6081.")]
+            )
+            found = await block.aget([ChatMessage(role=MessageRole.USER, content="bike lock code")])
+            await block.close()
+            return found
+
+        self.assertIn("6081", asyncio.run(run()))
+
+    def test_a_message_with_nothing_to_remember_is_not_stored(self) -> None:
+        # issue 63, item 9: an empty message was stored as a "[user]" turn; VectorMemoryBlock
+        # stores nothing for it
+        async def run() -> list[ChatMessage]:
+            block = self.block(conversation_id="li-empty", wait=False)
+            await block.aput(
+                [
+                    ChatMessage(role=MessageRole.USER, content=""),
+                    ChatMessage(role=MessageRole.ASSISTANT, content="Noted."),
+                ]
+            )
+            kept = await block.messages("li-empty")
+            await block.close()
+            return kept
+
+        self.assertEqual([m.content for m in asyncio.run(run())], ["Noted."])
+
     def test_a_conversation_id_overrides_the_session_and_clear_stays_cleared(self) -> None:
         async def run() -> tuple[str, list[ChatMessage], str]:
             block = self.block(conversation_id="li-shared")

@@ -20,6 +20,8 @@ How ADK's types map onto memsvc:
   to memsvc's 3,000,000-character payload) and searched by the head of its text
   (`max_text_chars`); an add memsvc refuses raises `RefusedEvents` (a ValueError naming the
   field), and none of its events is kept.
+- `add_session_to_memory` returns once the events are searchable (`wait`, on by default),
+  so an agent started next finds them, as with `InMemoryMemoryService`.
 - Adding is idempotent by event id: `add_session_to_memory` may be called again as a
   session grows, and adds only events not yet kept (`add_events_to_memory` too). Two
   processes adding the same new events at the same moment may both add them.
@@ -111,9 +113,13 @@ class MemsvcMemoryService(BaseMemoryService):
         top_k: int = 10,
         max_text_chars: int = 100_000,
         prefix: str = "",
+        wait: bool = True,
     ) -> None:
         self.top_k = top_k
         self.prefix = prefix
+        # add_session_to_memory returns once the events are searchable, so a Runner started
+        # next (PreloadMemoryTool) finds them, as with InMemoryMemoryService
+        self.wait = wait
         self.max_text_chars = max_text_chars
         self._memory = AsyncMemoryClient(target, token=token, ca_file=ca_file)
 
@@ -140,11 +146,10 @@ class MemsvcMemoryService(BaseMemoryService):
         if not new:
             return
         turns = [to_turn(conversation, e, self.max_text_chars) for e in new]
-        written(
-            await self._memory.append(
-                turns, assign_turn_ids=True, idempotency_key=new_idempotency_key()
-            )
+        reply = await self._memory.append(
+            turns, assign_turn_ids=True, wait=self.wait, idempotency_key=new_idempotency_key()
         )
+        written(reply)
 
     async def events(self, *, app_name: str, user_id: str) -> list[Event]:
         """Every event kept for this user, in the order added, exactly as added."""

@@ -21,7 +21,9 @@ How LlamaIndex's types map onto memsvc:
 - Speaker: role user -> "user"; assistant, model and chatbot -> "assistant"; system,
   developer, tool and function -> "system".
 - Turn ids and timestamps are the server's (`assign_turn_ids`): several processes may put
-  into one conversation.
+  into one conversation. `aput` returns once the messages are searchable (`wait`, on by
+  default: the next `aget` finds them, as an in-memory block would); a message with no
+  text and nothing else is not stored (as `VectorMemoryBlock`).
 - `aget` searches the conversation with the text of the last `retrieval_context_window`
   messages (`top_k` hits, memsvc's default hybrid mode), and lists standing instructions
   the server returns apart ("always answer in metric units") before the hits.
@@ -59,6 +61,13 @@ def text_of(message: ChatMessage) -> str:
     return text or f"[{message.role.value}]"
 
 
+def says_nothing(message: ChatMessage) -> bool:
+    """No text, no other block (an image, a tool call's parts) and nothing in
+    additional_kwargs (tool calls): a message with nothing to remember."""
+    blocks = [b for b in message.blocks if not (isinstance(b, TextBlock) and not b.text.strip())]
+    return not blocks and not message.additional_kwargs
+
+
 def describe(hit: pb.Hit) -> str:
     """One line per hit: the day and speakers, then the turns (without the chunk's context
     line, which says the same)."""
@@ -85,6 +94,11 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
     )
     max_text_chars: int = Field(
         default=100_000, description="Searchable text per message, at most (the payload is whole)."
+    )
+    wait: bool = Field(
+        default=True,
+        description="aput returns once the messages are searchable, so the next aget finds"
+        " them (as an in-memory block would); False: at once, searchable within seconds.",
     )
     _memory: AsyncMemoryClient = PrivateAttr()
 
@@ -130,6 +144,8 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
         for message in messages:
             kept = message.model_copy(deep=True)
             session_id = kept.additional_kwargs.pop(SESSION_KEY, session_id)
+            if says_nothing(kept):
+                continue  # as VectorMemoryBlock: nothing to remember
             events.append(
                 pb.MemoryEvent(
                     speaker=SPEAKERS.get(kept.role, "system"),
@@ -138,10 +154,12 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
                 )
             )
         conversation = self._conversation(session_id)
+        if not events:
+            return
         for event in events:
             event.conversation_id = conversation
         reply = await self._memory.append(
-            events, assign_turn_ids=True, idempotency_key=new_idempotency_key()
+            events, assign_turn_ids=True, wait=self.wait, idempotency_key=new_idempotency_key()
         )
         written(reply, "messages")
 
