@@ -279,15 +279,16 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def fill(path: Path) -> Path:
+    """A file that takes every byte left: MiB by MiB, then page by page."""
     filler = path / "filler"
-    with filler.open("wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * (1 << 20))
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError:
-            pass
+    with filler.open("wb", buffering=0) as f:
+        for size in (1 << 20, 1 << 12):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError:
+                pass
+        os.fsync(f.fileno())
     return filler
 
 
@@ -306,7 +307,7 @@ def test_a_full_disk_is_disk_full_and_writes_resume_by_themselves(small_disk: Pa
                 )
             )
             filler = fill(small_disk)
-            long_text = "The harbor ferry schedule changed again this week. " * 1900  # ~100 KB
+            long_text = "The harbor ferry schedule changed again this week. " * 200  # ~10 KB
             big = [event_to_pb(turn("df", 6 + i, long_text)) for i in range(6)]
             with pytest.raises(grpc.RpcError) as err:
                 stub.AppendEvents(pb.AppendEventsRequest(events=big), timeout=60)
@@ -327,7 +328,7 @@ def test_a_full_disk_is_disk_full_and_writes_resume_by_themselves(small_disk: Pa
                 assert time.monotonic() < deadline, "writes did not resume"
                 time.sleep(0.2)
             assert stub.AppendEvents(pb.AppendEventsRequest(events=big), timeout=60).accepted == 6
-            # 600 KB of long turns (parts of 256 tokens each): minutes on a loaded 2-core box
+            # and the worker indexes again: 60 KB of long turns (parts of 256 tokens each)
             waited = stub.WaitForIndexed(
                 pb.WaitForIndexedRequest(conversation_id="df", turn_id=11, timeout_ms=300_000),
                 timeout=310,
