@@ -1,0 +1,61 @@
+"""Which hits a search returns (retrieval v3): each brings turns no earlier hit gave, a
+turn budget bounds the turns returned, and time and newest order."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from memsvc.app import Services
+from memsvc.domain.errors import InvalidArgument
+from memsvc.domain.types import (
+    SearchFilters,
+    SearchMode,
+    SearchOrder,
+    SearchRequest,
+)
+from tests.support.retrieval import chat, covered
+
+
+def test_each_hit_brings_turns_no_earlier_hit_gave(services: Services) -> None:
+    services.ingest.upsert(services.ingest.build(chat("nt", 40)).chunks)
+    hits = services.search.search(
+        SearchRequest("hiking ledger puppy", 100, SearchFilters(("nt",)))
+    ).hits
+    seen: set[int] = set()
+    for h in hits:
+        assert covered(h) - seen, h.metadata.turn_range
+        seen |= covered(h)
+
+
+@pytest.mark.parametrize("mode", list(SearchMode))
+def test_a_turn_budget_bounds_the_turns_returned(services: Services, mode: SearchMode) -> None:
+    services.ingest.upsert(services.ingest.build(chat("tb", 40)).chunks)
+    for budget in (4, 7, 20):  # a window holds up to 4 turns: no smaller budget fits one
+        found = services.search.search(
+            SearchRequest(
+                "hiking ledger puppy", 0, SearchFilters(("tb",)), mode, turn_budget=budget
+            )
+        )
+        turns = set().union(*(covered(h) for h in [*found.standing, *found.hits]))
+        assert 0 < len(turns) <= budget
+    with pytest.raises(InvalidArgument) as err:
+        services.search.search(SearchRequest("x", turn_budget=-1))
+    assert err.value.field == "turn_budget"
+
+
+def test_time_and_newest_order(services: Services) -> None:
+    services.ingest.upsert(services.ingest.build(chat("to", 40)).chunks)
+    base = SearchRequest("hiking ledger puppy sprint", 8, SearchFilters(("to",)))
+    relevance = services.search.search(base).hits
+    oldest = services.search.search(dataclasses.replace(base, order=SearchOrder.TIME)).hits
+    newest = services.search.search(dataclasses.replace(base, order=SearchOrder.NEWEST)).hits
+    assert (
+        {h.chunk_id for h in oldest}
+        == {h.chunk_id for h in relevance}
+        == {h.chunk_id for h in newest}
+    )
+    starts = [h.metadata.timestamp_range.start for h in oldest]
+    assert starts == sorted(starts)
+    assert [h.chunk_id for h in newest] == [h.chunk_id for h in reversed(oldest)]

@@ -1,0 +1,132 @@
+"""The store checked against the log: a store back without its data is rebuilt, WaitForIndexed
+says no until the returned store is followed, a replica that missed the loss sees another
+store, and a log restored beside a newer store is repaired (issue 37)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from memsvc.app import build_services
+from memsvc.embedding.model import Embedder
+from memsvc.storage.milvus.store import MilvusChunkStore
+from tests.conftest import EN_TURNS, conversation, make_settings
+from tests.support.fleet import MilvusServer
+from tests.support.integrity import findable
+from tests.support.waiting import until_idle
+
+
+def deadline_loop(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def test_3_a_store_back_without_its_data_is_rebuilt(
+    tmp_path: Path, embedder: Embedder, backend: dict[str, object]
+) -> None:
+    """Regression (issue 37, 3): the Milvus server came back at the same URI without its
+    data; memsvc re-created the collection but compared identities only at start, so
+    WaitForIndexed said true while only turns indexed after the return were findable."""
+    server = MilvusServer(tmp_path / "first.db")
+    settings = make_settings(tmp_path / "data", milvus_uri=server.uri, store_check_s=0.2, **backend)
+    svc = build_services(settings, embedder=embedder)
+    try:
+        svc.ingest.upsert(svc.ingest.build(conversation("lost", EN_TURNS)).chunks)
+        last = len(EN_TURNS) - 1
+        assert svc.control.is_indexed("lost", last) and findable(svc, "lost", EN_TURNS[:2])
+        server = server.emptied(tmp_path / "second.db")
+        # the watch reconnects; the new collection is another store: rebuilt from the log
+        deadline_loop(
+            lambda: svc.store.up and svc.control.is_indexed("lost", last),
+            120,
+            "rebuilt",
+        )
+        assert findable(svc, "lost", EN_TURNS)
+    finally:
+        svc.close()
+        server.stop()
+
+
+def test_3_indexed_is_no_until_the_returned_store_is_followed(
+    tmp_path: Path, embedder: Embedder, backend: dict[str, object]
+) -> None:
+    """Regression (a lone-clone run of stop 48): between the reconnection to a store that
+    came back empty and the audit that follows its new identity, the log still counted the
+    old store's chunks, so WaitForIndexed said true while nothing was findable. The watch
+    and the audit are held off here (long intervals) to stand in that window."""
+    server = MilvusServer(tmp_path / "first.db")
+    settings = make_settings(
+        tmp_path / "data", milvus_uri=server.uri, store_check_s=60, store_audit_s=3600, **backend
+    )
+    svc = build_services(settings, embedder=embedder)
+    try:
+        svc.ingest.upsert(svc.ingest.build(conversation("gap", EN_TURNS)).chunks)
+        last = len(EN_TURNS) - 1
+        assert svc.control.is_indexed("gap", last)
+        server = server.emptied(tmp_path / "second.db")
+        assert svc.store.reconnect()  # what the watch does when its ping fails
+        assert not findable(svc, "gap", EN_TURNS[:1])
+        assert not svc.control.is_indexed("gap", last)
+        svc.store_audit.run()  # what the reconnection sets off
+        deadline_loop(lambda: svc.control.is_indexed("gap", last), 120, "rebuilt")
+        assert findable(svc, "gap", EN_TURNS)
+    finally:
+        svc.close()
+        server.stop()
+
+
+def test_3_a_replica_that_missed_the_stores_loss_sees_another_store(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Regression (noticed at stop 49): a replica frozen while the Milvus server lost its
+    data, resumed after another replica re-created the collection, pinged fine (the
+    collection exists) and never reconnected: it kept the old collection's identity, and
+    its audit would follow that one back. Its ping now says down: the watch reconnects."""
+    server = MilvusServer(tmp_path / "first.db")
+    first = MilvusChunkStore(server.uri, "chunks", embedder.identity)
+    frozen = MilvusChunkStore(server.uri, "chunks", embedder.identity)
+    try:
+        assert frozen.identity == first.identity and frozen.ping()
+        server = server.emptied(tmp_path / "second.db")
+        assert first.reconnect() and first.identity != frozen.identity  # made anew
+        assert not frozen.ping()
+        assert frozen.reconnect() and frozen.identity == first.identity and frozen.ping()
+    finally:
+        first.close()
+        frozen.close()
+        server.stop()
+
+
+def test_4_a_log_restored_beside_a_newer_store_is_repaired(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Regression (issue 37, 4): a log backup restored beside a newer store left every
+    live turn unfindable, with WaitForIndexed true, and nothing repaired it."""
+    data = tmp_path / "data"
+    svc = build_services(make_settings(data), embedder=embedder)
+    svc.ingest.upsert(svc.ingest.build(conversation("rs", EN_TURNS[:3])).chunks)
+    svc.close()
+    backup = tmp_path / "backup.sqlite"
+    with sqlite3.connect(data / "events.sqlite") as source, sqlite3.connect(backup) as copy:
+        source.backup(copy)
+    svc = build_services(make_settings(data), embedder=embedder)
+    later = [f"{t} (told again, later)" for t in EN_TURNS]
+    svc.ingest.upsert(svc.ingest.build(conversation("rs", later)).chunks)  # edits all
+    svc.close()
+    for leftover in data.glob("events.sqlite*"):
+        leftover.unlink()
+    with sqlite3.connect(backup) as source, sqlite3.connect(data / "events.sqlite") as copy:
+        source.backup(copy)
+    svc = build_services(make_settings(data), embedder=embedder)
+    try:
+        until_idle(svc, "rs", timeout_s=120)
+        assert svc.control.is_indexed("rs", 2)
+        assert findable(svc, "rs", EN_TURNS[:3])  # the log's turns, as the log has them
+        stored = {c.record.text for c in svc.store.chunks_of("rs")}
+        assert not any("told again, later" in t for t in stored)
+    finally:
+        svc.close()

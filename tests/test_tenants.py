@@ -1,0 +1,75 @@
+"""Tenants at the service level: a prefix-limited token reaches only its conversations,
+and reading deleted text needs admin (issue 24; over gRPC in
+tests/integration/test_tokens_and_tenants.py), on both event-log backends."""
+
+from __future__ import annotations
+
+import pytest
+
+from memsvc.app import Services
+from memsvc.domain.access import Access, Role
+from memsvc.domain.errors import PermissionDenied
+from memsvc.domain.types import (
+    SearchFilters,
+    SearchRequest,
+    TurnRange,
+)
+from tests.conftest import EN_TURNS, conversation, turn
+from tests.support.integrity import SECRET, sync
+
+ACME_READER = Access(Role.READER, ("acme/",))
+
+
+ACME_WRITER = Access(Role.WRITER, ("acme/",))
+
+
+def test_a_prefix_limited_token_reaches_only_its_conversations(services_on_both: Services) -> None:
+    services = services_on_both  # on both event-log backends
+    sync(services, conversation("acme/1", EN_TURNS))
+    sync(services, conversation("other/1", [t.replace("Biscuit", "Pepper") for t in EN_TURNS]))
+    services.ingest.append([turn("acme/2", 0, "Biscuit chewed the sofa.")])
+    denied = [
+        lambda: services.search.search(
+            SearchRequest("puppy", 5, SearchFilters(("other/1",))), ACME_READER
+        ),
+        lambda: services.ingest.list_chunks("other/1", False, 10, "", 0, ACME_READER),
+        lambda: services.control.wait("other/1", 0, 100, None, lambda: True, ACME_READER),
+        lambda: services.control.status(["other/1"], ACME_READER),
+        lambda: services.deletion.delete("other/1", None, [], ACME_WRITER),
+        lambda: services.ingest.append([turn("other/1", 6, "x")], access=ACME_WRITER),
+        lambda: services.ingest.build([turn("other/1", 6, "x")], access=ACME_WRITER),
+    ]
+    for call in denied:
+        with pytest.raises(PermissionDenied) as err:
+            call()
+        assert err.value.reason == "CONVERSATION_NOT_ALLOWED"
+    # its searches and status without conversation ids span its own prefixes only
+    services.worker.notify()
+    services.control.wait_for_indexed("acme/2", 0, 60)
+    hits = services.search.search(SearchRequest("puppy named", 20), ACME_READER).hits
+    assert hits and {h.metadata.conversation_id for h in hits} <= {"acme/1", "acme/2"}
+    assert [i.conversation_id for i in services.control.status((), ACME_READER)] == [
+        "acme/1",
+        "acme/2",
+    ]
+    page, _ = services.control.status_page(0, "", [], "", ACME_READER)  # GetIndexStatus's
+    assert [i.conversation_id for i in page] == ["acme/1", "acme/2"]
+    assert services.control.totals(ACME_READER).conversations == 2
+    # an unlimited reader still needs admin to search everything
+    with pytest.raises(PermissionDenied) as err:
+        services.search.search(SearchRequest("puppy", 5), Access(Role.READER))
+    assert err.value.reason == "ADMIN_REQUIRED"
+
+
+def test_reading_deleted_text_needs_admin(services_on_both: Services) -> None:
+    services = services_on_both  # on both event-log backends
+    sync(services, conversation("acme/del", [SECRET, *EN_TURNS[1:]]))
+    services.deletion.delete("acme/del", TurnRange(0, 0), [])
+    audit = SearchFilters(("acme/del",), include_deleted=True)
+    for access in (ACME_READER, Access(Role.WRITER)):
+        with pytest.raises(PermissionDenied):
+            services.search.search(SearchRequest("locker code", 5, audit), access)
+        with pytest.raises(PermissionDenied):
+            services.ingest.list_chunks("acme/del", True, 10, "", 0, access)
+    hits = services.search.search(SearchRequest("locker code", 5, audit)).hits
+    assert any("4417" in h.text for h in hits)
