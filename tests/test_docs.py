@@ -63,6 +63,15 @@ def test_every_make_target_named_exists() -> None:
         assert named <= targets, f"{path.relative_to(ROOT)}: {named - targets}"
 
 
+def test_the_security_recipes_secrets_are_never_committed() -> None:
+    # issue 66: the recipe writes `tokens` and `server.key` where it runs: the repository
+    written = ["tokens", "server.key", "server.crt", "ca.key", "ca.crt"]
+    ignored = subprocess.run(
+        ["git", "check-ignore", *written], cwd=ROOT, capture_output=True, text=True
+    )
+    assert ignored.stdout.split() == written
+
+
 def test_the_readme_is_a_first_hour() -> None:
     assert len((ROOT / "README.md").read_text().splitlines()) <= 200
 

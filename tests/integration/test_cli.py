@@ -41,6 +41,18 @@ def memsvc(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_a_reader_that_goes_away_is_no_traceback(target: str) -> None:
+    # issue 66: `memsvc mcp --print-config | head` ended in a BrokenPipeError traceback
+    piped = subprocess.run(
+        f"{sys.executable} -m memsvc mcp --print-config --target {target} | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert piped.stdout == "{\n" and "Traceback" not in piped.stderr, piped.stderr
+
+
 def test_version_and_health_of_a_named_target(target: str) -> None:
     version = memsvc("--version")
     assert version.returncode == 0 and version.stdout.startswith("memsvc 0.")

@@ -113,7 +113,14 @@ def details_of(reply: httpx2.Response) -> dict[str, bytes]:
 def test_every_rpc_family_over_json(http: Http) -> None:
     # asynchronous ingestion and read-your-writes
     appended = http.ok("AppendEvents", {"events": EVENTS})
-    assert appended == {"accepted": 2}
+    # every field, zeros and empty lists included (issue 66: a field at 0 was left out)
+    assert appended == {
+        "accepted": 2,
+        "duplicates": 0,
+        "errors": [],
+        "truncated": [],
+        "turnIds": [],
+    }
     waited = http.ok(
         "WaitForIndexed", {"conversationId": "h1", "turnId": 1, "timeoutMs": 120000}, READER
     )
@@ -148,7 +155,7 @@ def test_every_rpc_family_over_json(http: Http) -> None:
     assert gone.get("hits", []) == []
     # administration
     assert http.ok("SetIndexingPaused", {"paused": True}, ADMIN) == {"paused": True}
-    assert http.ok("SetIndexingPaused", {"paused": False}, ADMIN) == {}
+    assert http.ok("SetIndexingPaused", {"paused": False}, ADMIN) == {"paused": False}
     http.ok("PurgeDeleted", {"conversationId": "h1"}, ADMIN)
 
 
@@ -246,8 +253,20 @@ def test_the_documented_curl_examples(http: Http) -> None:
     )
     assert [m for m, _ in calls] == ["AppendEvents", "WaitForIndexed", "EmbedDb"]
     replies = [http.ok(method, json.loads(body)) for method, body in calls]
-    assert replies[0] == {"accepted": 2} and replies[1]["indexed"] is True
+    assert replies[0]["accepted"] == 2 and replies[1]["indexed"] is True
     assert "抽屉" in replies[2]["hits"][0]["text"]
+    # issue 66: the JSON kept Chinese as \u escapes and left out a turn range's start of 0
+    raw = http.post("EmbedDb", json.loads(calls[2][1])).text
+    assert "抽屉" in raw and "\\u" not in raw
+    assert replies[2]["hits"][0]["metadata"]["turnRange"]["start"] == "0"
+
+
+def test_the_root_leads_to_the_console_and_the_icon_is_empty(http: Http) -> None:
+    # issue 66: `/` on the HTTP port was a 404, and every page logged a 404 for the icon
+    root = httpx2.get(f"{http.base}/", follow_redirects=False, timeout=30)
+    assert root.status_code in (302, 307) and root.headers["location"] == "/console/"
+    icon = httpx2.get(f"{http.base}/favicon.ico", timeout=30)
+    assert icon.status_code == 204
 
 
 @pytest.mark.parametrize("address", ["0.0.0.0", "127.0.0.1:notaport"])
@@ -366,7 +385,11 @@ def test_explain_and_caller_over_http(http: Http) -> None:
     assert why["fusedScore"] == found["hits"][0]["score"]
     assert why["matchedTerms"] == ["passport", "drawer"]
     status = http.ok("GetIndexStatus", {"conversationIds": ["hx"]}, READER)
-    assert status["caller"] == {"role": "reader", "authenticated": True}
+    assert status["caller"] == {
+        "role": "reader",
+        "authenticated": True,
+        "conversationPrefixes": [],
+    }
     assert status["conversations"][0]["lastTimestamp"] == EVENTS[0]["timestamp"]
     assert int(status["figures"]["searches"]) >= 1
     assert http.ok("GetIndexStatus", {}, ADMIN)["caller"]["role"] == "admin"

@@ -153,12 +153,14 @@ def add_client_commands(sub: Any) -> None:
 
 
 def run_client(args: argparse.Namespace) -> int:
-    if args.command == "mcp":
-        return run_mcp(args)
     try:
-        with connect(args) as stub:
-            code: int = args.run(stub, args)
-            return code
+        if args.command == "mcp":
+            code = run_mcp(args)
+        else:
+            with connect(args) as stub:
+                code = args.run(stub, args)
+        sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
+        return code
     except grpc.RpcError as exc:
         message = f"memsvc: {exc.code().name}: {exc.details()}"
         if exc.code() == grpc.StatusCode.UNAVAILABLE and not args.ca_file:

@@ -40,7 +40,8 @@ def _read(name: str) -> bytes:
 
 
 def console_routes() -> list[BaseRoute]:
-    """GET /console/ (the page) and its two files, with the security headers."""
+    """GET /console/ (the page) and its two files, with the security headers; `/` and
+    `/console` lead to it, `/favicon.ico` is empty."""
     files = {name: (_read(name), kind) for name, kind in FILES.items()}
 
     async def page(request: Request) -> Response:
@@ -54,7 +55,13 @@ def console_routes() -> list[BaseRoute]:
     async def to_page(_: Request) -> Response:
         return RedirectResponse(f"{PATH}/", headers=SECURITY_HEADERS)
 
+    async def no_icon(_: Request) -> Response:
+        # browsers ask every page for it: an empty answer, not a 404 in the console's log
+        return Response(status_code=204, headers=SECURITY_HEADERS)
+
     return [
+        Route("/", to_page, methods=["GET"]),  # the HTTP port's root: the console
+        Route("/favicon.ico", no_icon, methods=["GET"]),
         Route(PATH, to_page, methods=["GET"]),
         Route(f"{PATH}/", page, methods=["GET"]),
         Route(f"{PATH}/{{name}}", page, methods=["GET"]),

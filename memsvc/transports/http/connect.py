@@ -258,7 +258,14 @@ def connect_app(
         except grpc.RpcError as exc:
             return _rpc_error(exc)
         if kind == "application/json":
-            return Response(json_format.MessageToJson(reply), media_type="application/json")
+            # every field, zeros included (a turn range starting at 0 has its start), and
+            # text as written (not \u escapes)
+            return Response(
+                json_format.MessageToJson(
+                    reply, always_print_fields_with_no_presence=True, ensure_ascii=False
+                ),
+                media_type="application/json",
+            )
         return Response(reply.SerializeToString(), media_type="application/proto")
 
     # outermost first: a refused Host or Origin meets no handler, CORS preflight included

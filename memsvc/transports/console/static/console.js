@@ -368,7 +368,9 @@ async function loadConversation(id, scroll) {
   $("conversation").hidden = false;
   $("conversation-title").textContent = id;
   $("conversation-status").textContent =
-    `${s.state} · turns 0–${lastTurn} · indexed through ${indexed} · backlog ${s.backlog || 0}`
+    `${s.state} · turns 0–${lastTurn} · `
+    + (indexed < 0 ? "nothing indexed yet" : `indexed through ${indexed}`)
+    + ` · backlog ${s.backlog || 0}`
     + ` · version ${s.chunkVersion}` + (s.reindexing ? " · reindexing" : "")
     + (s.lastError ? " · last error: " + s.lastError : "");
   renderTurns(events, indexed, lastTurn, chunks);
