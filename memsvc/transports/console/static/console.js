@@ -212,7 +212,12 @@ function takeStatus(status) {
   state.conversations = status.conversations || [];
   state.more = !!status.nextPageToken;
   if (state.reindexTotal) {
-    const left = state.conversations.filter((c) => c.reindexing).length;
+    // what the server still has to rebuild, over every conversation (not only this page's):
+    // a reindex of the version searched queues the conversations (pending, indexing),
+    // a version change marks them reindexing
+    const queued = Number(status.pending || 0) + Number(status.indexing || 0);
+    const left = Math.min(state.reindexTotal,
+      Math.max(queued, state.conversations.filter((c) => c.reindexing).length));
     const done = Math.max(0, state.reindexTotal - left);
     $("reindex-progress").value = done / state.reindexTotal;
     $("reindex-text").textContent = done + " of " + state.reindexTotal + " rebuilt";
