@@ -154,3 +154,25 @@ def test_15_milvus_lite_keeps_its_cache_beside_its_file(tmp_path: Path) -> None:
         for _, proc in servers:
             proc.terminate()
             proc.wait(timeout=60)
+
+
+def test_an_invalid_setting_is_one_line_naming_its_variable(tmp_path: Path) -> None:
+    # issue 66: five lines of validation output naming `max_turn_chars`
+    for env, expected in (
+        ({"MEMSVC_MAX_TURN_CHARS": "-5"}, "memsvc: MEMSVC_MAX_TURN_CHARS: Input should be"),
+        (
+            {"MEMSVC_CHUNK_OVERLAP_TURNS": "9"},
+            "memsvc: invalid settings: MEMSVC_CHUNK_OVERLAP_TURNS must be smaller than"
+            " MEMSVC_CHUNK_MAX_TURNS",
+        ),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "memsvc", "serve", "--data-dir", str(tmp_path / "data")],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2
+        assert done.stderr.splitlines() == [done.stderr.strip()]  # one line
+        assert done.stderr.startswith(expected), done.stderr

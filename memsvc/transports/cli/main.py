@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import Any
 
@@ -142,14 +143,31 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = _settings(args)
     except ValidationError as exc:
-        print(f"memsvc: invalid settings:\n{exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
+        for line in invalid_settings(exc):
+            print(f"memsvc: {line}", file=sys.stderr)
+        raise SystemExit(2) from None
     configure_logging(settings.log_format, settings.log_level)
     # tqdm reads this when imported: FlagEmbedding's progress bars stay off in a server.
     os.environ.setdefault("TQDM_DISABLE", "1")
     from memsvc.transports.grpc.server import serve
 
     serve(settings)
+
+
+def invalid_settings(exc: ValidationError) -> list[str]:
+    """One line per invalid setting, named as the operator sets it (MEMSVC_MAX_TURN_CHARS),
+    with what was given; a rule across settings as it reads."""
+    lines = []
+    for error in exc.errors():
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["loc"]:
+            name = f"MEMSVC_{str(error['loc'][0]).upper()}"
+            lines.append(f"{name}: {message} (got {error.get('input')!r})")
+        else:  # a rule across settings: each named as it is set
+            for field in sorted(Settings.model_fields, key=len, reverse=True):
+                message = re.sub(rf"\b{field}\b", f"MEMSVC_{field.upper()}", message)
+            lines.append(f"invalid settings: {message}")
+    return lines
 
 
 if __name__ == "__main__":
