@@ -61,7 +61,8 @@ def test_append_wait_returns_when_part_of_the_file_was_refused(
     assert done.returncode == 1  # it reports the refused lines, and returns
     assert "accepted 4" in done.stdout
     assert "line 7: expected a JSON object" in done.stderr and "line 8:" in done.stderr
-    assert "line 6:" in done.stderr  # the bad timestamp, by the line it came from
+    # the refused conversation's lines, said once, with the bad timestamp's field
+    assert "lines 5-6: events[1].timestamp" in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -76,3 +77,20 @@ def test_append_sends_each_conversation_in_turn_order(
     assert done.returncode == 0, done.stderr
     assert "accepted 520, duplicates 0, errors 0" in done.stdout
     assert services.queue.status(["cli-order"])[0].last_appended_turn == 519
+
+
+def test_a_conversation_refused_whole_is_said_once_with_its_lines(
+    plain_server: tuple[RunningServer, str], tmp_path: Path, services: Services
+) -> None:
+    # issue 66: restoring without --restore printed the same long error 12 times
+    _, target = plain_server
+    file = tmp_path / "backup.jsonl"
+    file.write_text(lines([event_json("cli-restore", i, f"turn {i}") for i in range(12)]))
+    assert cli(target, "append", str(file)).returncode == 0
+    services.deletion.delete("cli-restore", None, [])
+    again = cli(target, "append", str(file))
+    assert again.returncode == 1
+    assert "errors 12" in again.stdout  # each refused turn counted
+    said = again.stderr.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("lines 1-12: "), said
+    assert "--restore" in said[0]

@@ -170,6 +170,7 @@ def cmd_append(stub: Stub, args: argparse.Namespace) -> int:
         parsed = _read_events(args.file)
     accepted = duplicates = 0
     problems = list(parsed.errors)
+    merged = 0  # refused events said with the line before (one message for their lines)
     refused: set[tuple[str, int]] = set()
     with progress() as bars:
         task = bars.add_task("appending", total=len(parsed.events))
@@ -183,7 +184,14 @@ def cmd_append(stub: Stub, args: argparse.Namespace) -> int:
             accepted += reply.accepted
             duplicates += reply.duplicates
             for e in reply.errors:
-                problems.append(f"{_line_of(e.chunk_id, parsed)}{e.message}")
+                where = _line_of(e.chunk_id, parsed)
+                said = problems[-1].split(": ", 1)[-1] if problems else None
+                if said == e.message and where.startswith("line "):
+                    # a conversation refused whole: its lines say one thing, said once
+                    problems[-1] = _more_lines(problems[-1], where)
+                    merged += 1
+                else:
+                    problems.append(f"{where}{e.message}")
                 conv, _, turn = e.chunk_id.rpartition("#")
                 if turn.isdigit():
                     refused.add((conv, int(turn)))
@@ -208,7 +216,7 @@ def cmd_append(stub: Stub, args: argparse.Namespace) -> int:
                     " (memsvc status shows the backlog)"
                 )
     out.print(
-        f"accepted {accepted}, duplicates {duplicates}, errors {len(problems)}",
+        f"accepted {accepted}, duplicates {duplicates}, errors {len(problems) + merged}",
         markup=False,
         highlight=False,
     )
@@ -217,6 +225,14 @@ def cmd_append(stub: Stub, args: argparse.Namespace) -> int:
     if len(problems) > MAX_SHOWN_ERRORS:
         err.print(f"... and {len(problems) - MAX_SHOWN_ERRORS} more", markup=False)
     return 1 if problems else 0
+
+
+def _more_lines(problem: str, where: str) -> str:
+    """`line 3: why` and `line 4: ` -> `lines 3-4: why`."""
+    head, _, why = problem.partition(": ")
+    first = head.split()[-1].split("-")[0]
+    last = where.removeprefix("line ").removesuffix(": ")
+    return f"lines {first}-{last}: {why}"
 
 
 def _line_of(key: str, parsed: _Parsed) -> str:
