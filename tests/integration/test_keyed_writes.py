@@ -20,23 +20,27 @@ from tests.support.tcp_proxy import TcpProxy
 
 
 @pytest.fixture()
-def through_proxy(services: Services) -> Iterator[tuple[TcpProxy, pb_grpc.MemoryServiceStub]]:
+def through_proxy(services: Services) -> Iterator[TcpProxy]:
     running = start_server("127.0.0.1:0")
     running.mark_ready(services)
     proxy = TcpProxy("127.0.0.1", running.port)
-    channel = grpc.insecure_channel(f"127.0.0.1:{proxy.port}")
     try:
-        yield proxy, pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
+        yield proxy
     finally:
-        channel.close()
         proxy.close()
         running.stop(0)
 
 
+def stub_through(proxy: TcpProxy) -> tuple[grpc.Channel, pb_grpc.MemoryServiceStub]:
+    channel = grpc.insecure_channel(f"127.0.0.1:{proxy.port}")
+    return channel, pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
+
+
 def test_a_retry_after_a_lost_answer_is_written_once(
-    through_proxy: tuple[TcpProxy, pb_grpc.MemoryServiceStub], services: Services
+    through_proxy: TcpProxy, services: Services
 ) -> None:
-    proxy, stub = through_proxy
+    proxy = through_proxy
+    channel, stub = stub_through(proxy)
     said = [
         pb.MemoryEvent(conversation_id="lost", speaker="user", text=f"note {i}") for i in range(3)
     ]
@@ -49,8 +53,10 @@ def test_a_retry_after_a_lost_answer_is_written_once(
     with pytest.raises(grpc.RpcError) as lost:
         stub.AppendEvents(request, timeout=3)
     assert lost.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
-    proxy.reset()  # the broken connection goes; the client dials again
+    proxy.reset()  # the broken connection goes
     proxy.heal()
+    channel.close()
+    channel, stub = stub_through(proxy)  # the caller dials again and sends the same call
     retried = stub.AppendEvents(request, timeout=30, wait_for_ready=True)
     assert list(retried.turn_ids) == [0, 1, 2] and retried.accepted == 3
     exported, _ = services.ingest.export_events("lost", 0, "")
@@ -58,3 +64,4 @@ def test_a_retry_after_a_lost_answer_is_written_once(
     # without a key the same retry stores the turns again: what the key prevents
     unkeyed = pb.AppendEventsRequest(events=said, assign_turn_ids=True)
     assert list(stub.AppendEvents(unkeyed, timeout=30).turn_ids) == [3, 4, 5]
+    channel.close()
