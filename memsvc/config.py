@@ -86,7 +86,9 @@ class Settings(BaseSettings):
     )
     model_cache_dir: Path | None = Field(
         None,
-        description="where ONNX exports and runtime timings are kept; unset = data_dir/model-cache",
+        description="where ONNX exports and runtime timings are kept; unset = the user's cache"
+        " ($XDG_CACHE_HOME or ~/.cache, /memsvc/model-cache: once per machine), or"
+        " data_dir/model-cache when that cannot be written",
     )
     embed_batch_size: int = Field(
         16,

@@ -164,7 +164,8 @@ def test_a_forced_backend_runs_both_paths(tmp_path: Path, embedder: Embedder) ->
 def test_memsvc_tune_measures_records_and_says_why(tmp_path: Path) -> None:
     env = {**os.environ, "MEMSVC_ONNX_THREADS": "1", "MEMSVC_EMBED_BACKEND": "torch"}
     env["MEMSVC_TUNE_REPEATS"] = str(QUICK)
-    env.pop("MEMSVC_MODEL_CACHE_DIR", None)  # the record goes to this data dir
+    env.pop("MEMSVC_MODEL_CACHE_DIR", None)  # the record goes to the user's cache
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # (issue 66: once per machine)
     run = subprocess.run(
         [sys.executable, "-m", "memsvc", "tune", "--data-dir", str(tmp_path), "--json"],
         capture_output=True,
@@ -174,7 +175,8 @@ def test_memsvc_tune_measures_records_and_says_why(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stderr
     shown = json.loads(run.stdout)
-    [record] = list((tmp_path / "model-cache").glob("*/tuning.json"))
+    [record] = list((tmp_path / "cache" / "memsvc" / "model-cache").glob("*/tuning.json"))
+    assert not (tmp_path / "model-cache").exists()  # not the data dir's
     assert json.loads(record.read_text()) == shown
     assert shown["machine"]["threads"] == {"torch": usable_cores(), "onnx": 1}
     assert shown["machine"]["cpu"] and set(shown["timings_ms"]) == {"torch", "onnx"}

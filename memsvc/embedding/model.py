@@ -302,6 +302,22 @@ def _load_flag_model(path: str, pooling: str, instruction: str | None, batch: in
     )
 
 
+def default_model_cache(data_dir: Path) -> Path:
+    """Where the ONNX export and the runtime timings go without MEMSVC_MODEL_CACHE_DIR: the
+    user's cache ($XDG_CACHE_HOME or ~/.cache, /memsvc/model-cache), so a machine exports
+    and times the model once, not once per data dir (a first start spent 39-76 s timing
+    runtimes again in every new one); the data dir's own when that cannot be written."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    shared = base / "memsvc" / "model-cache"
+    try:
+        shared.mkdir(parents=True, exist_ok=True)
+        if os.access(shared, os.W_OK):
+            return shared
+    except OSError:
+        pass
+    return data_dir / "model-cache"
+
+
 def load_local_embedder(settings: Settings, tune_again: bool = False) -> Embedder:
     """Load the configured model; on failure, the bundled MiniLM model if fallback is allowed.
     Each path runs on the runtime measured fastest here (`tune_again`: measure anew)."""
@@ -365,7 +381,7 @@ def load_local_embedder(settings: Settings, tune_again: bool = False) -> Embedde
         fallback,
         max_tokens=_token_limit(flag.tokenizer, config),
     )
-    cache_dir = settings.model_cache_dir or settings.data_dir / "model-cache"
+    cache_dir = settings.model_cache_dir or default_model_cache(settings.data_dir)
     runtimes: Runtimes = select_runtimes(
         settings.embed_backend,
         flag.model,

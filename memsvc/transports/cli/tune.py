@@ -1,6 +1,7 @@
 """`memsvc tune`: measure the local model's runtimes on this machine and record the choice
-(memsvc.embedding.tuning) that the next `memsvc serve` on the same data directory (or model
-cache) uses. A running server keeps its runtimes until it restarts."""
+(memsvc.embedding.tuning) in the model cache (once per machine: the user's cache, or
+MEMSVC_MODEL_CACHE_DIR) that the next `memsvc serve` uses. A running server keeps its
+runtimes until it restarts."""
 
 from __future__ import annotations
 
