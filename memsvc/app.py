@@ -140,6 +140,7 @@ class Services:
             dim=info.dim,
             embed_backend=runtime if info.provider == "local" else info.provider,
             log_backend="postgres" if self.settings.database_url else "sqlite",
+            model_notice=info.notice,
         )
 
     def gauges(self) -> metrics.GaugeReading:

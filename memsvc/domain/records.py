@@ -28,6 +28,9 @@ class ModelInfo:
     max_tokens: int = DEFAULT_MAX_TOKENS
     special_tokens: int = 2
     provider: str = "local"  # local | openai
+    # What an operator must know of the model serving: why the fallback serves and what
+    # that means (empty when the configured model serves).
+    notice: str = ""
 
 
 # -- the event log ----------------------------------------------------------------------------
@@ -243,3 +246,4 @@ class ServerDescription:
     dim: int
     embed_backend: str  # onnx | torch | openai
     log_backend: str  # sqlite | postgres
+    model_notice: str = ""  # ModelInfo.notice

@@ -302,6 +302,18 @@ def _load_flag_model(path: str, pooling: str, instruction: str | None, batch: in
     )
 
 
+def fallback_notice(configured: str) -> str:
+    """What the fallback means, and how to end it: said by the log, /readyz, GetIndexStatus
+    (ServerInfo.model_notice), `memsvc status` and the console's banner."""
+    return (
+        f"{configured} could not be loaded, so the bundled {BUNDLED_MODEL_NAME} serves: an"
+        " English-only model. Chinese (and other non-English) text is found by its keywords"
+        " only, not by meaning, and its vectors are not comparable with the configured"
+        " model's. To fix: copy the model to a directory and set MEMSVC_EMBED_MODEL to it (or"
+        " let the model hub be reached once); MEMSVC_EMBED_FALLBACK=false makes this an error."
+    )
+
+
 def default_model_cache(data_dir: Path) -> Path:
     """Where the ONNX export and the runtime timings go without MEMSVC_MODEL_CACHE_DIR: the
     user's cache ($XDG_CACHE_HOME or ~/.cache, /memsvc/model-cache), so a machine exports
@@ -338,6 +350,7 @@ def load_local_embedder(settings: Settings, tune_again: bool = False) -> Embedde
 
     model = settings.embed_model
     fallback = False
+    notice = ""
     try:
         model_dir = resolve_model_dir(model)
         pooling = _pooling_for(model_dir)
@@ -356,21 +369,13 @@ def load_local_embedder(settings: Settings, tune_again: bool = False) -> Embedde
         flag = _load_flag_model(str(model_dir), pooling, instruction, settings.embed_batch_size)
         name = BUNDLED_MODEL_NAME
         fallback = True
+        notice = fallback_notice(model)
         log.warning(
             "embed_model_fallback",
             configured=model,
             using=BUNDLED_MODEL_NAME,
             reason=str(exc).splitlines()[0][:300],
-            means=(
-                f"{BUNDLED_MODEL_NAME} is an English-only model: Chinese text is matched"
-                f" poorly, and its vectors are not comparable with {model}'s (a collection"
-                " built with one must be reindexed for the other)"
-            ),
-            fix=(
-                "put the model in a local directory and set MEMSVC_EMBED_MODEL to it (or let"
-                " the hub be reached once); MEMSVC_EMBED_FALLBACK=false makes this an error;"
-                ' memsvc_build_info{fallback="true"} shows it while it lasts'
-            ),
+            means=notice,
         )
     config = flag.model.config
     info = ModelInfo(
@@ -380,6 +385,7 @@ def load_local_embedder(settings: Settings, tune_again: bool = False) -> Embedde
         instruction,
         fallback,
         max_tokens=_token_limit(flag.tokenizer, config),
+        notice=notice if fallback else "",
     )
     cache_dir = settings.model_cache_dir or default_model_cache(settings.data_dir)
     runtimes: Runtimes = select_runtimes(

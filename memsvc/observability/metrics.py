@@ -285,6 +285,8 @@ class Readiness:
 
     def __init__(self) -> None:
         self.read: Callable[[], bool] = lambda: False
+        # what an operator must know though it is ready (the model fallback), one per line
+        self.notes: Callable[[], list[str]] = lambda: []
 
 
 READINESS = Readiness()
@@ -299,7 +301,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, b"ok\n")
         elif path == "/readyz":  # it should get traffic: model loaded, store and log up
             ready = READINESS.read()
-            self._reply(200 if ready else 503, b"ready\n" if ready else b"not ready\n")
+            said = ["ready" if ready else "not ready", *READINESS.notes()]
+            self._reply(200 if ready else 503, "".join(f"{s}\n" for s in said).encode())
         else:
             self._reply(404, b"not found: /metrics, /healthz, /readyz\n")
 

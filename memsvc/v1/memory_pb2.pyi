@@ -524,20 +524,22 @@ class ServerFigures(_message.Message):
     def __init__(self, uptime_s: _Optional[float] = ..., chunks_written: _Optional[int] = ..., searches: _Optional[int] = ..., search_latency_bounds_s: _Optional[_Iterable[float]] = ..., search_latency_counts: _Optional[_Iterable[int]] = ..., index_lag_count: _Optional[int] = ..., index_lag_sum_s: _Optional[float] = ...) -> None: ...
 
 class ServerInfo(_message.Message):
-    __slots__ = ("version", "model", "model_fallback", "dim", "embed_backend", "log_backend")
+    __slots__ = ("version", "model", "model_fallback", "dim", "embed_backend", "log_backend", "model_notice")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODEL_FALLBACK_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     EMBED_BACKEND_FIELD_NUMBER: _ClassVar[int]
     LOG_BACKEND_FIELD_NUMBER: _ClassVar[int]
+    MODEL_NOTICE_FIELD_NUMBER: _ClassVar[int]
     version: str
     model: str
     model_fallback: bool
     dim: int
     embed_backend: str
     log_backend: str
-    def __init__(self, version: _Optional[str] = ..., model: _Optional[str] = ..., model_fallback: _Optional[bool] = ..., dim: _Optional[int] = ..., embed_backend: _Optional[str] = ..., log_backend: _Optional[str] = ...) -> None: ...
+    model_notice: str
+    def __init__(self, version: _Optional[str] = ..., model: _Optional[str] = ..., model_fallback: _Optional[bool] = ..., dim: _Optional[int] = ..., embed_backend: _Optional[str] = ..., log_backend: _Optional[str] = ..., model_notice: _Optional[str] = ...) -> None: ...
 
 class WaitForIndexedRequest(_message.Message):
     __slots__ = ("conversation_id", "turn_id", "timeout_ms")

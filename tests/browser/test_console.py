@@ -166,6 +166,7 @@ def test_a_wrong_token_is_refused_and_not_kept(page: Any, console: Console) -> N
 
 def test_the_token_stays_in_session_storage_only(page: Any, console: Console) -> None:
     sign_in(page, ADMIN)
+    expect(page.locator("#model-warning")).to_be_hidden()  # the configured model serves
     assert page.evaluate("sessionStorage.getItem('memsvc-console-token')") == ADMIN
     assert page.evaluate("localStorage.length") == 0
     assert page.evaluate("document.cookie") == ""

@@ -240,11 +240,7 @@ def cmd_status(stub: Stub, args: argparse.Namespace) -> int:
         out.print(
             f"memsvc {server.version}, model {server.model} (dim {server.dim},"
             f" {server.embed_backend}), log on {server.log_backend}"
-            + (
-                "; FALLBACK: the bundled English model serves instead of the configured one"
-                if server.model_fallback
-                else ""
-            ),
+            + (f"\nWARNING: {server.model_notice}" if server.model_notice else ""),
             markup=False,
             highlight=False,
         )

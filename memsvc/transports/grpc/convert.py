@@ -141,6 +141,7 @@ def server_info_to_pb(server: ServerDescription) -> pb.ServerInfo:
         dim=server.dim,
         embed_backend=server.embed_backend,
         log_backend=server.log_backend,
+        model_notice=server.model_notice,
     )
 
 

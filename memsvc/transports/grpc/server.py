@@ -381,6 +381,8 @@ def serve(settings: Settings) -> None:
     metrics.SERVICE_GAUGES.read = services.gauges
     metrics.set_build_info(services.describe())
     metrics.READINESS.read = lambda: running.serving
+    notice = services.describe().model_notice
+    metrics.READINESS.notes = lambda: [notice] if notice else []
     log.info("serving", address=f"{host}:{running.port}", model=services.embedder.name)
     # A signal may be delivered to any thread (ONNX Runtime's and torch's pools do not block
     # them), and Python runs its handlers in the main thread only between bytecodes: a single

@@ -187,6 +187,9 @@ function dl(target, pairs) {
 
 function takeStatus(status) {
   const server = status.server || {};
+  // the fallback model serves: say what that means where nobody can miss it
+  $("model-warning").hidden = !server.modelNotice;
+  $("model-warning").textContent = server.modelNotice ? "Model fallback: " + server.modelNotice : "";
   dl($("server"), [
     ["Model", server.model + (server.modelFallback ? " (bundled fallback)" : "")],
     ["Runtime", server.embedBackend], ["Dimension", server.dim],
