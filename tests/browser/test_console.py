@@ -381,3 +381,24 @@ def test_a_turn_id_far_out_is_one_gap_row_not_a_frozen_tab(page: Any, console: C
     expect(rows).to_have_count(3)
     expect(rows.nth(1)).to_contain_text(f"1–{far - 1}")
     expect(page.locator(f"#turns tbody tr[data-turn='{far}']")).to_contain_text("restored far")
+
+
+def test_a_narrow_screen_fits_the_page(browser: Any, console: Console) -> None:
+    # issue 66: at 420 px the page rendered 855 px wide
+    context = browser.new_context(viewport={"width": 420, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(console.url)
+        sign_in(page, ADMIN)
+        widths = {}
+        for screen in ("overview", "conversations", "search"):
+            page.click(f"nav button[data-screen={screen}]")
+            widths[screen] = page.evaluate("document.documentElement.scrollWidth")
+        page.click("nav button[data-screen=conversations]")
+        page.fill("#open-id", "acme/support")
+        page.click("#open-form button[type=submit]")
+        expect(page.locator("#turns tbody tr").first).to_contain_text("ModuleNotFoundError")
+        widths["conversation"] = page.evaluate("document.documentElement.scrollWidth")
+        assert all(width <= 420 for width in widths.values()), widths
+    finally:
+        context.close()
