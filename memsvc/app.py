@@ -11,11 +11,12 @@ from pathlib import Path
 import structlog
 
 from memsvc.config import Settings, package_version
-from memsvc.domain.chunking import ChunkPolicy, ChunkRenderer
+from memsvc.domain.chunking import ChunkPolicy
 from memsvc.domain.errors import StoreUnavailable
 from memsvc.domain.oversize import Oversize
 from memsvc.domain.prefix import KeywordExtractor
 from memsvc.domain.records import ServerDescription
+from memsvc.domain.rendering import ChunkRenderer
 from memsvc.domain.types import SearchMode
 from memsvc.embedding.batching import QueryBatcher
 from memsvc.embedding.providers import load_embedder

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from memsvc.domain.chunking import ChunkPolicy, ChunkRenderer, StoredTurn, plan_windows
+from memsvc.domain.chunking import ChunkPolicy, StoredTurn, plan_windows
 from memsvc.domain.prefix import KeywordExtractor
+from memsvc.domain.rendering import ChunkRenderer
 from memsvc.embedding.model import Embedder
 from tests.conftest import EN_TURNS, ZH_TURNS
 
@@ -74,6 +75,23 @@ def test_oversize_turn_is_split_not_truncated() -> None:
     assert "".join(w.piece for w in pieces).replace(" ", "") == long.replace(" ", "")
     assert all(len(w.piece) <= policy.line_budget - policy.line_overhead for w in pieces)
     assert len({w.chunk_id("c", 1) for w in pieces}) == len(pieces)
+
+
+def test_turn_ids_far_apart_are_never_one_window() -> None:
+    # a turn id of 10**12 beside turn 0 made one chunk of range 0..10**12: hit selection
+    # and turn budgets walk a chunk's range, and a search took 23 GB (issue 62, item 13)
+    far = [*turns("ua")]
+    far += [
+        StoredTurn(10**12 + i, t.speaker, t.text, t.timestamp, tokens=10)
+        for i, t in enumerate(turns("ua"))
+    ]
+    assert spans(plan_windows(far, ChunkPolicy(), words)) == [(0, 1), (10**12, 10**12 + 1)]
+    # gaps up to MAX_ID_GAP ids (turns deleted between two) stay in one window as before
+    near = [
+        turns("u")[0],
+        StoredTurn(1000, "assistant", "t", "2026-02-02T10:00:00+08:00", tokens=10),
+    ]
+    assert spans(plan_windows(near, ChunkPolicy(), words)) == [(0, 1000)]
 
 
 def test_layout_depends_only_on_turns() -> None:

@@ -15,6 +15,7 @@ from memsvc.domain.types import (
     SearchOrder,
     SearchRequest,
 )
+from tests.conftest import turn
 from tests.support.retrieval import chat, covered
 
 
@@ -59,3 +60,28 @@ def test_time_and_newest_order(services: Services) -> None:
     starts = [h.metadata.timestamp_range.start for h in oldest]
     assert starts == sorted(starts)
     assert [h.chunk_id for h in newest] == [h.chunk_id for h in reversed(oldest)]
+
+
+def test_a_conversation_with_turn_ids_far_apart_is_searched_within_a_budget(
+    services: Services,
+) -> None:
+    # issue 62, item 13, on the server: turns 0 and 10**12 are two chunks, and a budgeted
+    # search counts the turns they hold, not the ids between them
+    far = 10**12
+    services.ingest.append(
+        [turn("far", 0, "The ferry leaves at noon."), turn("far", far, "The ferry was late.")],
+        allow_gaps=True,
+    )
+    services.worker.notify()
+    assert services.control.wait_for_indexed("far", far, 120) is not None
+    ranges = {
+        (c.metadata.turn_range.start, c.metadata.turn_range.end)
+        for c in services.ingest.list_chunks("far", False, 100, "").chunks
+    }
+    assert ranges == {(0, 0), (far, far)}
+    found = services.search.search(
+        SearchRequest("ferry", 10, SearchFilters(("far",)), turn_budget=2)
+    ).hits
+    assert sorted(
+        t for h in found for t in range(h.metadata.turn_range.start, h.metadata.turn_range.end + 1)
+    ) == [0, far]

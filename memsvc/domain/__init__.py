@@ -4,7 +4,8 @@ and it depends on nothing of memsvc.
 - values: `types`, `records`, `errors`, `limits`, `ids`, `hashing`, `pages` (pages cut by
   bytes);
 - input: `text` (cleaning, RFC 3339), `validation`, `oversize`;
-- chunks: `chunking`, `prefix` (context prefixes, intent tags), `standing` (standing
+- chunks: `chunking` (planning windows), `rendering` (windows into records), `prefix`
+  (context prefixes, intent tags), `standing` (standing
   instructions), `vectors` (what a chunk's vector is made of);
 - search: `terms` (the words a hit matched);
 - who and when: `access` (roles, prefixes), `deadline` (the call's deadline),

@@ -1,4 +1,4 @@
-"""Windows of consecutive turns, and their rendering into chunk records.
+"""Windows of consecutive turns (memsvc.domain.rendering makes them chunk records).
 
 Policy (also in the README):
 - Turns are grouped into exchanges: a run of user turns plus the replies that follow it, so
@@ -18,6 +18,7 @@ Policy (also in the README):
   is a window of its own too. Search returns such chunks in a list of their own, not in
   the hits: grouped with its neighbours, a rule would take the facts said around it out
   of the hits.
+- Turns whose ids are more than MAX_ID_GAP apart are never in one window.
 - A chunk names at most 64 participants (the first in turn order): whatever the input,
   every chunk fits the model and the store, so what is accepted is indexable.
 - The layout is a pure function of the live turns, so building a conversation in one call
@@ -33,19 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from memsvc.domain.ids import chunk_id
-from memsvc.domain.limits import MAX_PARTICIPANTS
-from memsvc.domain.prefix import (
-    ROLE_LABELS_EN,
-    ROLE_LABELS_ZH,
-    KeywordExtractor,
-    PrefixInput,
-    classify_intent,
-    is_chinese_window,
-    render_prefix,
-)
 from memsvc.domain.standing import gives_rule
-from memsvc.domain.text import epoch_ms
-from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
 
@@ -246,11 +235,35 @@ def _units(turns: Sequence[StoredTurn], policy: ChunkPolicy, cost: _LineCost) ->
     return units
 
 
+# Turns whose ids are further apart than this (a restore far out, thousands of turns deleted
+# between two) are never in one window: a chunk's turn range then spans at most
+# max_turns * MAX_ID_GAP ids, whatever the ids are (up to 2^53), so what walks a chunk's
+# range (hit selection, turn budgets, vectors) stays bounded. A turn id of 10^12 beside
+# turn 0 once made one chunk of range 0..10^12, and its search 23 GB.
+MAX_ID_GAP = 1000
+
+
 def plan_windows(
     turns: Sequence[StoredTurn], policy: ChunkPolicy, count_tokens: TokenCounter
 ) -> list[ChunkWindow]:
-    """The chunk layout of a conversation's live turns (sorted by turn_id)."""
+    """The chunk layout of a conversation's live turns (sorted by turn_id): each run of
+    turns without a gap of more than MAX_ID_GAP ids is planned on its own."""
     cost = _LineCost(turns, policy, count_tokens)
+    windows: list[ChunkWindow] = []
+    start = 0
+    for i in range(1, len(turns) + 1):
+        if i == len(turns) or turns[i].turn_id - turns[i - 1].turn_id > MAX_ID_GAP:
+            windows += _plan_run(turns[start:i], policy, count_tokens, cost)
+            start = i
+    return windows
+
+
+def _plan_run(
+    turns: Sequence[StoredTurn],
+    policy: ChunkPolicy,
+    count_tokens: TokenCounter,
+    cost: _LineCost,
+) -> list[ChunkWindow]:
     units = _units(turns, policy, cost)
     windows: list[ChunkWindow] = []
     i = 0
@@ -361,85 +374,3 @@ def _fit_sentences(
                 halves = _cut(piece, len(piece) // 2)
                 out.extend(_fit_sentences(halves, budget, max_chars, count_tokens))
     return out
-
-
-class ChunkRenderer:
-    """Renders planned windows into chunk records: prefix line, then one line per turn."""
-
-    def __init__(
-        self, keywords: KeywordExtractor, count_tokens: TokenCounter, policy: ChunkPolicy
-    ) -> None:
-        self._keywords = keywords
-        self._count_tokens = count_tokens
-        self.policy = policy
-
-    def render(self, conversation_id: str, window: ChunkWindow, version: int) -> ChunkRecord:
-        turns = window.turns
-        texts = [window.piece] if window.piece else [t.text for t in turns]
-        chinese = is_chinese_window(texts)
-        labels = ROLE_LABELS_ZH if chinese else ROLE_LABELS_EN
-        shown = label_names(
-            [t.speaker_name for t in turns if t.speaker_name], self.policy, self._count_tokens
-        )
-        lines = []
-        for turn, text in zip(turns, texts, strict=True):
-            label = labels.get(turn.speaker, turn.speaker)
-            if turn.speaker_name:
-                name = shown[turn.speaker_name][0]
-                label = f"{label}({name})" if chinese else f"{label} ({name})"
-            lines.append(f"{label}: {text}")
-        participants = _participants(turns, labels)[:MAX_PARTICIPANTS]
-        topic = self._keywords.keywords(" ".join(texts), limit=4)
-        # Turns need not arrive in time order: the window spans its earliest to its latest.
-        by_time = sorted(turns, key=lambda t: (epoch_ms(t.timestamp, "timestamp"), t.turn_id))
-        earliest, latest = by_time[0], by_time[-1]
-        dates = [earliest.timestamp[:10], latest.timestamp[:10]]
-        body = "\n".join(lines)
-        # The reserve normally holds the prefix; if unusually long names overflow it, drop
-        # topic terms, then names from the prefix (the metadata keeps them all).
-        named = participants[:6]
-        while True:
-            prefix = render_prefix(PrefixInput(dates, named, topic, chinese))
-            text = f"{prefix}\n{body}"
-            if self._count_tokens([text])[0] + 2 <= self.policy.max_tokens:
-                break
-            if topic:
-                topic = topic[:-1]
-            elif named:
-                named = named[:-1]
-            else:
-                break
-        speakers = tuple(
-            s for s in ("user", "assistant", "system") if any(t.speaker == s for t in turns)
-        )
-        intent = classify_intent(
-            [x for t, x in zip(turns, texts, strict=True) if t.speaker == "user"],
-            texts,
-            any(gives_rule(t.speaker, x) for t, x in zip(turns, texts, strict=True)),
-        )
-        metadata = ChunkMetadata(
-            conversation_id=conversation_id,
-            turn_range=TurnRange(window.start_turn, window.end_turn),
-            timestamp_range=TimestampRange(earliest.timestamp, latest.timestamp),
-            participants=tuple(participants),
-            speakers=speakers,
-            intent_tag=intent,
-            chunk_version=version,
-            deleted=False,
-            part_index=window.part_index,
-            part_count=window.part_count,
-        )
-        return ChunkRecord(window.chunk_id(conversation_id, version), text, metadata)
-
-
-def _participants(turns: Sequence[StoredTurn], labels: dict[str, str]) -> list[str]:
-    """Display names given with the events, else the speakers' names, else role names."""
-    for names in (
-        [p for t in turns for p in t.participants],
-        [t.speaker_name for t in turns if t.speaker_name],
-        [labels.get(t.speaker, t.speaker) for t in turns],
-    ):
-        unique = list(dict.fromkeys(n for n in names if n))
-        if unique:
-            return unique
-    return []

@@ -37,9 +37,10 @@ from dataclasses import dataclass
 import numpy as np
 import structlog
 
-from memsvc.domain.chunking import ChunkRenderer, plan_windows
+from memsvc.domain.chunking import plan_windows
 from memsvc.domain.hashing import content_hash, text_hash
 from memsvc.domain.records import Conversation, LayoutRow, StoredChunk
+from memsvc.domain.rendering import ChunkRenderer
 from memsvc.domain.standing import INSTRUCTION_TAG
 from memsvc.domain.types import (
     ChunkRecord,

@@ -402,3 +402,25 @@ def test_a_narrow_screen_fits_the_page(browser: Any, console: Console) -> None:
         assert all(width <= 420 for width in widths.values()), widths
     finally:
         context.close()
+
+
+def test_a_writer_adds_a_memory_from_the_console(page: Any, console: Console) -> None:
+    # issue 66: there was no way to add a memory from the console
+    sign_in(page, WRITER)
+    page.click("nav button[data-screen=conversations]")
+    page.fill("#open-id", "acme/preferences")
+    page.click("#open-form button[type=submit]")
+    expect(page.locator("#conversation-title")).to_have_text("acme/preferences")
+    page.select_option("#add-speaker", "user")
+    page.fill("#add-text", "Please bring your laptop charger on the first day.")
+    page.click("#add-form button[type=submit]")
+    expect(page.locator("#notice")).to_contain_text("added to acme/preferences")
+    added = page.locator("#turns tbody tr").last
+    expect(added).to_contain_text("laptop charger")
+    expect(added).to_contain_text("searchable", timeout=120_000)  # the open view refreshes
+    expect(added).not_to_contain_text("not yet", timeout=120_000)
+    turns = console.stub.ExportEvents(
+        pb.ExportEventsRequest(conversation_id="acme/preferences"),
+        metadata=[("authorization", f"Bearer {ADMIN}")],
+    ).events
+    assert [t.text for t in turns].count("Please bring your laptop charger on the first day.") == 1

@@ -552,6 +552,22 @@ async function search() {
   $("standing").replaceChildren(...standing.map(hitItem));
 }
 
+// A turn after the conversation's last, numbered and stamped by the server; sent with an
+// idempotency key, so a click whose answer was lost cannot store it twice.
+async function addTurn() {
+  const text = $("add-text").value.trim();
+  if (!text || !state.open) return;
+  const reply = await call("AppendEvents", {
+    events: [{conversationId: state.open, speaker: $("add-speaker").value, text}],
+    assignTurnIds: true,
+    idempotencyKey: crypto.randomUUID(),
+  });
+  if ((reply.errors || []).length) throw new Error(reply.errors[0].message);
+  $("add-text").value = "";
+  notice(`Turn ${(reply.turnIds || [])[0]} added to ${state.open}; searchable within seconds.`);
+  await loadConversation(state.open, false);
+}
+
 // ---- wiring --------------------------------------------------------------------------
 function on(id, event, work) {
   $(id).addEventListener(event, (e) => {
@@ -573,6 +589,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("page-prev").addEventListener("click", () => { state.page--; renderList(); });
   $("page-next").addEventListener("click", () => { state.page++; renderList(); });
   on("export", "click", exportConversation);
+  on("add-form", "submit", addTurn);
   on("show-deleted", "change", () => loadConversation(state.open, false));
   on("conversation-reindex", "click", async () => {
     await call("Reindex", {conversationIds: [state.open]});
