@@ -61,8 +61,10 @@ def test_append_wait_returns_when_part_of_the_file_was_refused(
     assert done.returncode == 1  # it reports the refused lines, and returns
     assert "accepted 4" in done.stdout
     assert "line 7: expected a JSON object" in done.stderr and "line 8:" in done.stderr
-    # the refused conversation's lines, said once, with the bad timestamp's field
-    assert "lines 5-6: events[1].timestamp" in done.stderr
+    # the bad field named on its own line (not as the request's events[1]), and the other
+    # line of its conversation said to be refused with it
+    assert "line 6: timestamp: not an RFC 3339" in done.stderr
+    assert "line 5: not written: line 6 of its conversation was refused" in done.stderr
     assert "Traceback" not in done.stderr
 
 

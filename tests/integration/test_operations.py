@@ -147,7 +147,12 @@ def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
         bad.write_text("\n".join([lines[0], "{not json", lines[1].replace("+08:00", "")]) + "\n")
         broken = cli(target, "append", str(bad))
         assert broken.returncode == 1
-        assert "line 2:" in broken.stderr and "line 3:" in broken.stderr  # names the lines
+        said = broken.stderr.splitlines()
+        assert said[0].startswith("line 2: expected a JSON object"), said  # names the lines
+        # the bad field is named on its own line, not as the request's events[1]
+        assert any(s.startswith("line 3: timestamp: not an RFC 3339") for s in said), said
+        # line 1 shares the conversation: refused with it, and the reason says so
+        assert any(s.startswith("line 1: not written: line 3 of its conv") for s in said), said
 
         found = cli(target, "search", "what is the dog called?", "--conversation", "c1", "--json")
         assert found.returncode == 0, found.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -170,7 +171,9 @@ def cmd_append(stub: Stub, args: argparse.Namespace) -> int:
         parsed = _read_events(args.file)
     accepted = duplicates = 0
     problems = list(parsed.errors)
-    merged = 0  # refused events said with the line before (one message for their lines)
+    # refused events grouped by their reason: a conversation refused whole says one thing
+    # for all its lines, and is said once with those lines
+    refused_lines: dict[str, list[int]] = {}
     refused: set[tuple[str, int]] = set()
     with progress() as bars:
         task = bars.add_task("appending", total=len(parsed.events))
@@ -184,14 +187,23 @@ def cmd_append(stub: Stub, args: argparse.Namespace) -> int:
             accepted += reply.accepted
             duplicates += reply.duplicates
             for e in reply.errors:
-                where = _line_of(e.chunk_id, parsed)
-                said = problems[-1].split(": ", 1)[-1] if problems else None
-                if said == e.message and where.startswith("line "):
-                    # a conversation refused whole: its lines say one thing, said once
-                    problems[-1] = _more_lines(problems[-1], where)
-                    merged += 1
-                else:
-                    problems.append(f"{where}{e.message}")
+                line = _line_of(e.chunk_id, parsed)
+                if line is None:
+                    problems.append(f"{e.chunk_id}: {e.message}")
+                    continue
+                why = e.message
+                culprit = _culprit(why, batch, parsed)
+                if culprit is not None:  # `events[i].field: why` -> that line's field
+                    culprit_line, field_why = culprit
+                    why = (
+                        field_why
+                        if culprit_line == line
+                        else (
+                            f"not written: line {culprit_line} of its conversation was refused"
+                            " (a conversation's turns in one batch are written together)"
+                        )
+                    )
+                refused_lines.setdefault(why, []).append(line)
                 conv, _, turn = e.chunk_id.rpartition("#")
                 if turn.isdigit():
                     refused.add((conv, int(turn)))
@@ -215,6 +227,11 @@ def cmd_append(stub: Stub, args: argparse.Namespace) -> int:
                     f"not all accepted turns were searchable within {args.wait_timeout:g} s"
                     " (memsvc status shows the backlog)"
                 )
+    merged = sum(len(lines) - 1 for lines in refused_lines.values())
+    problems[len(parsed.errors) : len(parsed.errors)] = [
+        f"{_said_lines(lines)}: {why}"
+        for why, lines in sorted(refused_lines.items(), key=lambda item: min(item[1]))
+    ]
     out.print(
         f"accepted {accepted}, duplicates {duplicates}, errors {len(problems) + merged}",
         markup=False,
@@ -227,18 +244,35 @@ def cmd_append(stub: Stub, args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def _more_lines(problem: str, where: str) -> str:
-    """`line 3: why` and `line 4: ` -> `lines 3-4: why`."""
-    head, _, why = problem.partition(": ")
-    first = head.split()[-1].split("-")[0]
-    last = where.removeprefix("line ").removesuffix(": ")
-    return f"lines {first}-{last}: {why}"
+def _said_lines(lines: list[int]) -> str:
+    """[3] -> `line 3`; [1, 2, 3, 7] -> `lines 1-3, 7`."""
+    if len(lines) == 1:
+        return f"line {lines[0]}"
+    runs: list[list[int]] = []
+    for n in sorted(set(lines)):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return "lines " + ", ".join(
+        f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs
+    )
 
 
-def _line_of(key: str, parsed: _Parsed) -> str:
+def _culprit(message: str, batch: list[pb.MemoryEvent], parsed: _Parsed) -> tuple[int, str] | None:
+    """The server names a field of the request (`events[4].timestamp: why`): the file
+    line that holds events[4], and `timestamp: why`."""
+    found = re.match(r"events\[(\d+)\]\.", message)
+    if found is None or int(found[1]) >= len(batch):
+        return None
+    e = batch[int(found[1])]
+    line = parsed.lines.get((e.conversation_id, e.turn_id))
+    return None if line is None else (line, message[found.end() :])
+
+
+def _line_of(key: str, parsed: _Parsed) -> int | None:
     conv, _, turn = key.rpartition("#")
-    line = parsed.lines.get((conv, int(turn))) if turn.isdigit() else None
-    return f"line {line}: " if line else f"{key}: "
+    return parsed.lines.get((conv, int(turn))) if turn.isdigit() else None
 
 
 def _wait_indexed(
