@@ -3,6 +3,7 @@ against a real memsvc started from the server's venv (MEMSVC_PYTHON)."""
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import re
@@ -80,25 +81,19 @@ def check_writers_kept(
     case.assertTrue(all(b == a.replace(" ", " ok ", 1) for a, b in pairs))
 
 
-class ServerTestCase(unittest.TestCase):
-    """A real memsvc (the server's venv) with writer, reader and admin tokens, for the class."""
+class Server:
+    """A real memsvc (the server's venv) with writer, reader and admin tokens."""
 
-    server: subprocess.Popen[bytes]
-    target: str
-    tmp: tempfile.TemporaryDirectory[str]
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.tmp = tempfile.TemporaryDirectory()
-        tokens = Path(cls.tmp.name) / "tokens"
+    def __init__(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        tokens = Path(self.tmp.name) / "tokens"
         tokens.write_text(f"writer {WRITER}\nreader {READER}\nadmin {ADMIN}\n")
-        port = free_port()
-        cls.target = f"127.0.0.1:{port}"
+        self.target = f"127.0.0.1:{free_port()}"
         python = os.environ.get("MEMSVC_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
-        data = str(Path(cls.tmp.name) / "data")
-        cls.server = subprocess.Popen(
+        data = str(Path(self.tmp.name) / "data")
+        self.process = subprocess.Popen(
             [
-                *(python, "-m", "memsvc", "serve", "--listen", cls.target),
+                *(python, "-m", "memsvc", "serve", "--listen", self.target),
                 *("--log-level", "WARNING", "--data-dir", data),
                 *("--auth-tokens-file", str(tokens)),
             ],
@@ -111,21 +106,42 @@ class ServerTestCase(unittest.TestCase):
             },
         )
         deadline = time.monotonic() + 180
-        with MemoryClient(cls.target, token=READER, attempts=2) as probe:
+        with MemoryClient(self.target, token=READER, attempts=2) as probe:
             while True:
                 try:
                     probe.call("EmbedChunk", pb.EmbedChunkRequest(query="ready?"), timeout_s=5)
                     return
                 except MemsvcError:
-                    if time.monotonic() > deadline or cls.server.poll() is not None:
+                    if time.monotonic() > deadline or self.process.poll() is not None:
                         raise
                     time.sleep(0.5)
 
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=60)
+        self.tmp.cleanup()
+
+
+_shared: list[Server] = []
+
+
+def shared_server() -> Server:
+    """One server for every test class of this process: they use conversations of their
+    own, and a server start is most of a class's time."""
+    if not _shared or _shared[0].process.poll() is not None:
+        _shared[:] = [Server()]
+        atexit.register(_shared[0].stop)
+    return _shared[0]
+
+
+class ServerTestCase(unittest.TestCase):
+    """Tests against a real memsvc: the process's shared one (conversations of their own)."""
+
+    target: str
+
     @classmethod
-    def tearDownClass(cls) -> None:
-        cls.server.terminate()
-        cls.server.wait(timeout=60)
-        cls.tmp.cleanup()
+    def setUpClass(cls) -> None:
+        cls.target = shared_server().target
 
 
 class MemoryClientTest(ServerTestCase):
