@@ -17,6 +17,9 @@ def test_is_chinese() -> None:
     assert is_chinese("我喜欢Python和Java")
     assert not is_chinese("I like 寿司 very much, especially at dinner time")
     assert not is_chinese("plain English")
+    # issue 63: Japanese memories carried the Chinese context line and labels
+    assert not is_chinese("私の名前は太郎です")
+    assert not is_chinese("カレーが好きです")
 
 
 @pytest.mark.parametrize(

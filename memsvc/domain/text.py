@@ -11,6 +11,8 @@ from memsvc.domain.errors import InvalidArgument
 _WS = re.compile(r"\s+")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN = re.compile(r"[A-Za-z]")
+# Hiragana and katakana: Japanese writes its kanji with them, Chinese never does.
+_KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
 # RFC 3339: date, "T" (or space), time, mandatory offset.
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
@@ -53,10 +55,13 @@ def has_format_chars(text: str) -> bool:
 
 
 def is_chinese(text: str) -> bool:
-    """Chinese when there are at least a quarter as many CJK characters as Latin letters.
+    """Chinese when there are at least a quarter as many CJK characters as Latin letters,
+    and no kana (Japanese: its memories must not carry Chinese labels and context).
 
     One CJK character carries about as much as a four-letter English word.
     """
+    if _KANA.search(text):
+        return False
     cjk = len(_CJK.findall(text))
     latin = len(_LATIN.findall(text))
     return cjk > 0 and cjk * 4 >= latin
