@@ -32,7 +32,11 @@ def through_proxy(services: Services) -> Iterator[TcpProxy]:
 
 
 def stub_through(proxy: TcpProxy) -> tuple[grpc.Channel, pb_grpc.MemoryServiceStub]:
-    channel = grpc.insecure_channel(f"127.0.0.1:{proxy.port}")
+    # a connection of its own: gRPC shares connections between a process's channels, and a
+    # new channel could be handed the reset one before gRPC noticed ("Socket closed")
+    channel = grpc.insecure_channel(
+        f"127.0.0.1:{proxy.port}", options=[("grpc.use_local_subchannel_pool", 1)]
+    )
     return channel, pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
 
 

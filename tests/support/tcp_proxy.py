@@ -44,12 +44,14 @@ class TcpProxy:
         self._answering.clear()
 
     def reset(self) -> None:
+        # shut down, not closed here: a pipe thread may be about to use the descriptor, and
+        # once closed its number is reused by the next accepted connection, whose bytes
+        # that thread would then read (seen: a new channel's stream "Socket closed")
         with self._guard:
             sockets, self._sockets = self._sockets, []
         for s in sockets:
             with suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            s.close()
 
     @contextmanager
     def partitioned(self) -> Iterator[None]:
@@ -78,11 +80,26 @@ class TcpProxy:
             upstream.settimeout(None)
             with self._guard:
                 self._sockets += [client, upstream]
-            for a, b, gate in (
-                (client, upstream, self._forwarding),
-                (upstream, client, self._answering),
-            ):
-                threading.Thread(target=self._pipe, args=(a, b, gate), daemon=True).start()
+            pipes = [
+                threading.Thread(target=self._pipe, args=(a, b, gate), daemon=True)
+                for a, b, gate in (
+                    (client, upstream, self._forwarding),
+                    (upstream, client, self._answering),
+                )
+            ]
+            for pipe in pipes:
+                pipe.start()
+            threading.Thread(
+                target=self._close_after, args=(pipes, client, upstream), daemon=True
+            ).start()
+
+    @staticmethod
+    def _close_after(pipes: list[threading.Thread], *sockets: socket.socket) -> None:
+        """Both directions ended: nothing uses the descriptors any more."""
+        for pipe in pipes:
+            pipe.join()
+        for s in sockets:
+            s.close()
 
     def _pipe(self, source: socket.socket, sink: socket.socket, gate: threading.Event) -> None:
         while True:
@@ -91,10 +108,7 @@ class TcpProxy:
             except OSError:
                 data = b""
             if not data:
-                for s in (source, sink):
-                    with suppress(OSError):
-                        s.shutdown(socket.SHUT_RDWR)
-                return
+                break
             if not (self._forwarding.is_set() and gate.is_set()):
                 # Partitioned: what arrives is dropped. The sender's kernel saw it delivered
                 # (to this proxy), so only a time-out above TCP notices: the harder case.
@@ -102,4 +116,7 @@ class TcpProxy:
             try:
                 sink.sendall(data)
             except OSError:
-                return
+                break
+        for s in (source, sink):  # the other direction ends too
+            with suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
