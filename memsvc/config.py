@@ -154,7 +154,7 @@ class Settings(BaseSettings):
         " turn lines) so a search returning them again need not read them from the store;"
         " 0 reads every time",
     )
-    grpc_workers: int = Field(32, ge=8, le=256, description="server threads")
+    grpc_workers: int = Field(40, ge=8, le=256, description="server threads")
     max_embedding_calls: int = Field(
         16,
         ge=1,
@@ -178,6 +178,14 @@ class Settings(BaseSettings):
         ge=1,
         le=256,
         description="concurrent Build/Upsert/EmbedBatch/Delete/Purge calls; more are refused",
+    )
+    max_write_calls: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="concurrent AppendEvents calls; more are refused at once with UNAVAILABLE"
+        " (nothing done; gRPC's retry policy resends them), so a slow event log cannot take"
+        " the threads searches and health checks need",
     )
     shutdown_grace_s: float = Field(
         30.0, ge=0, le=3600, description="SIGTERM: seconds in-flight calls get to finish"
@@ -290,11 +298,16 @@ class Settings(BaseSettings):
     def _check(self) -> Settings:
         if self.chunk_overlap_turns >= self.chunk_max_turns:
             raise ValueError("chunk_overlap_turns must be smaller than chunk_max_turns")
-        gated = self.max_waiting_calls + self.max_heavy_calls + self.max_embedding_calls
+        gated = (
+            self.max_waiting_calls
+            + self.max_heavy_calls
+            + self.max_embedding_calls
+            + self.max_write_calls
+        )
         if gated > self.grpc_workers - 4:
             raise ValueError(
-                "max_waiting_calls + max_heavy_calls + max_embedding_calls must leave at least"
-                " 4 of grpc_workers for health checks, appends and keyword searches"
+                "max_waiting_calls + max_heavy_calls + max_embedding_calls + max_write_calls"
+                " must leave at least 4 of grpc_workers for health checks and keyword searches"
             )
         if self.embed_provider == "openai" and not self.embed_url.startswith(
             ("http://", "https://")

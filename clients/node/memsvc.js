@@ -53,13 +53,40 @@ function validateEnums(method, request) {
   }
 }
 
+// As the Python client: gRPC's own retries of UNAVAILABLE (the server did nothing: starting,
+// or every write slot taken), after the server's grpc-retry-pushback-ms when it sends one;
+// requests up to the server's 16 MiB limit stay retryable (grpc-js keeps 256 KiB by default).
+const CHANNEL_OPTIONS = {
+  "grpc.service_config": JSON.stringify({
+    methodConfig: [
+      {
+        name: [{ service: "memsvc.v1.MemoryService" }],
+        retryPolicy: {
+          maxAttempts: 3,
+          initialBackoff: "0.5s",
+          maxBackoff: "10s",
+          backoffMultiplier: 2,
+          retryableStatusCodes: ["UNAVAILABLE"],
+        },
+      },
+    ],
+  }),
+  "grpc.per_rpc_retry_buffer_size": 32 * 1024 * 1024,
+  "grpc.retry_buffer_size": 64 * 1024 * 1024,
+  "grpc.max_receive_message_length": 64 * 1024 * 1024,
+};
+
 /**
  * Connect to memsvc. Every RPC becomes `await client.Method(request, {deadlineMs})`.
  * @param {string} target HOST:PORT
  * @param {{token?: string, credentials?: grpc.ChannelCredentials}} [options]
  */
 export function connect(target, options = {}) {
-  const stub = new MemoryService(target, options.credentials ?? grpc.credentials.createInsecure());
+  const stub = new MemoryService(
+    target,
+    options.credentials ?? grpc.credentials.createInsecure(),
+    CHANNEL_OPTIONS,
+  );
   const client = { close: () => stub.close() };
   for (const method of Object.keys(MemoryService.service)) {
     client[method] = (request = {}, { deadlineMs = 60_000 } = {}) =>

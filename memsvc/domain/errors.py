@@ -65,6 +65,18 @@ class EmbedderUnavailable(EmbedderError):
         self.retry_after_s = retry_after_s
 
 
+class Busy(Unavailable):
+    """Every slot of a kind of call is taken; refused before any work, so the same call
+    may be sent again after `retry_after_s` (clients with gRPC's retry policy for
+    UNAVAILABLE do so by themselves)."""
+
+    reason = "BUSY"
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(f"{message}; nothing was done, retry after {retry_after_s:g}s")
+        self.retry_after_s = retry_after_s
+
+
 class ResourceExhausted(MemsvcError):
     """Too many calls of one kind at once; the caller should retry after `retry_after_s`."""
 

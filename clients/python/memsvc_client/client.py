@@ -50,6 +50,9 @@ def channel_options(attempts: int) -> list[tuple[str, Any]]:
         ("grpc.enable_retries", 1),
         ("grpc.service_config", _retry_config(attempts)),
         ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        # a request larger than the retry buffer is never retried (gRPC's default 256 KiB;
+        # an append may be up to the server's 16 MiB request limit)
+        ("grpc.per_rpc_retry_buffer_size", 32 * 1024 * 1024),
     ]
 
 

@@ -134,7 +134,7 @@ class RunningServer:
 
 def start_server(
     listen: str,
-    workers: int = 32,
+    workers: int = 40,
     max_waiting_calls: int = 4,
     max_heavy_calls: int = 4,
     tokens: TokenTable | None = None,
@@ -143,6 +143,7 @@ def start_server(
     credentials: grpc.ServerCredentials | None = None,
     reflection_on: bool | None = None,
     bridge: bool = False,
+    max_write_calls: int = 8,
 ) -> RunningServer:
     """Listen now (health NOT_SERVING, RPCs UNAVAILABLE) so probes work during model load.
     With `tokens`, MemoryService calls need a bearer token (health stays open) and
@@ -164,7 +165,11 @@ def start_server(
         ],
     )
     servicer = MemoryServicer(
-        max_waiting_calls, max_heavy_calls, max_embedding_calls, authenticated=tokens is not None
+        max_waiting_calls,
+        max_heavy_calls,
+        max_embedding_calls,
+        authenticated=tokens is not None,
+        max_write_calls=max_write_calls,
     )
     pb_grpc.add_MemoryServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
@@ -308,6 +313,7 @@ def serve(settings: Settings) -> None:
         settings.max_heavy_calls,
         tokens=tokens,
         max_embedding_calls=settings.max_embedding_calls,
+        max_write_calls=settings.max_write_calls,
         max_request_bytes=settings.max_request_mb * 1024 * 1024,
         credentials=server_credentials(settings),
         reflection_on=settings.reflection,

@@ -15,7 +15,7 @@ import structlog
 
 from memsvc.app import Services
 from memsvc.domain import deadline
-from memsvc.domain.errors import InvalidArgument, Starting
+from memsvc.domain.errors import Busy, InvalidArgument, Starting
 from memsvc.domain.types import SearchMode, SearchRequest, TurnRange
 from memsvc.observability import metrics
 from memsvc.observability.figures import figures
@@ -131,6 +131,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         max_heavy_calls: int = 4,
         max_embedding_calls: int = 16,
         authenticated: bool = False,
+        max_write_calls: int = 8,
     ) -> None:
         self._services: Services | None = None
         self.authenticated = authenticated
@@ -139,6 +140,9 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self.heavy = Gate("heavy (Build/Upsert/EmbedBatch/Delete/Purge)", max_heavy_calls)
         # a bulkhead: calls waiting on the embedder cannot take every thread
         self.embedding = Gate("embedding (dense/hybrid EmbedDb, EmbedChunk)", max_embedding_calls)
+        # appends are short; more than this at once means the log is slow: refused before
+        # any work, with a short pushback that gRPC's retry policy honours
+        self.writes = Gate("AppendEvents", max_write_calls, retry_after_s=0.25, refusal=Busy)
 
     def attach(self, services: Services) -> None:
         self._services = services
@@ -337,14 +341,15 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.AppendEventsRequest, context: grpc.ServicerContext
     ) -> pb.AppendEventsResponse:
         core = self.core
-        result = core.ingest.append(
-            [event_from_pb(e) for e in request.events],
-            request.allow_gaps,
-            current_access(),
-            restore=request.restore,
-            assign_turn_ids=request.assign_turn_ids,
-            idempotency_key=request.idempotency_key,
-        )
+        with self.writes.enter():
+            result = core.ingest.append(
+                [event_from_pb(e) for e in request.events],
+                request.allow_gaps,
+                current_access(),
+                restore=request.restore,
+                assign_turn_ids=request.assign_turn_ids,
+                idempotency_key=request.idempotency_key,
+            )
         if result.accepted:
             core.worker.notify()
         return pb.AppendEventsResponse(

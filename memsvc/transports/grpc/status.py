@@ -17,6 +17,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
 from memsvc.domain.errors import (
+    Busy,
     Cancelled,
     EmbedderUnavailable,
     FailedPrecondition,
@@ -86,7 +87,7 @@ def status_of(code: grpc.StatusCode, message: str, exc: BaseException) -> RichSt
     if not isinstance(exc, MemsvcError):
         return rich_status(code, message, reason="INTERNAL")
     retry: float | None = None
-    if isinstance(exc, ResourceExhausted | EmbedderUnavailable):
+    if isinstance(exc, ResourceExhausted | EmbedderUnavailable | Busy):
         retry = exc.retry_after_s
     elif isinstance(exc, Unavailable):
         retry = 1.0
