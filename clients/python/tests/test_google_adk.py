@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import shutil
+import tempfile
 import unicodedata
 
 from google.adk.events import Event
@@ -258,3 +260,45 @@ class MemoryServiceTest(ServerTestCase):
             return [p.text or "" for m in found.memories for p in m.content.parts or []]
 
         self.assertTrue(any("blue drawer" in t for t in asyncio.run(run())))
+
+    def test_two_processes_adding_one_session_at_once_add_it_once(self) -> None:
+        # issue 63, item 9: one session added by two processes at once stored every event
+        # twice in 1 of 9 tries; the write's key now comes from the events' ids
+        tries = 8
+        meet = tempfile.mkdtemp()  # where the two writers wait for each other before each try
+        self.addCleanup(shutil.rmtree, meet)
+        writer = (
+            "import asyncio, pathlib, sys, time\n"
+            "from google.adk.events import Event\n"
+            "from google.genai import types\n"
+            "from memsvc_client.integrations.google_adk import MemsvcMemoryService\n"
+            "def said(i, author, role, text):\n"
+            "    return Event(id=f'ev-{i}', timestamp=1767225600.0 + i, author=author,"
+            " content=types.Content(role=role, parts=[types.Part(text=text)]))\n"
+            "async def main():\n"
+            "    memory, name = MemsvcMemoryService(sys.argv[1], token=sys.argv[2]), sys.argv[3]\n"
+            f"    meet = pathlib.Path({meet!r})\n"
+            f"    for k in range({tries}):\n"
+            "        events = [said(i, 'user' if i % 2 == 0 else 'coach',"
+            " 'user' if i % 2 == 0 else 'model', f'fact {i} of try {k}') for i in range(4)]\n"
+            "        (meet / f'{k}.{name}').touch()\n"
+            "        while len(list(meet.glob(f'{k}.*'))) < 2:\n"
+            "            time.sleep(0.005)\n"
+            "        await memory.add_events_to_memory(app_name='race', user_id=f'u{k}',"
+            " events=events)\n"
+            "    await memory.close()\n"
+            "asyncio.run(main())\n"
+        )
+        run_writers(writer, self.target)
+
+        async def kept() -> list[list[str]]:
+            service = self.service()
+            try:
+                return [
+                    [e.id for e in await service.events(app_name="race", user_id=f"u{k}")]
+                    for k in range(tries)
+                ]
+            finally:
+                await service.close()
+
+        self.assertEqual(asyncio.run(kept()), [[f"ev-{i}" for i in range(4)]] * tries)

@@ -24,7 +24,9 @@ How ADK's types map onto memsvc:
   so an agent started next finds them, as with `InMemoryMemoryService`.
 - Adding is idempotent by event id: `add_session_to_memory` may be called again as a
   session grows, and adds only events not yet kept (`add_events_to_memory` too). Two
-  processes adding the same new events at the same moment may both add them.
+  processes adding the same new events at the same moment add them once: the write's
+  idempotency key is derived from the conversation and the new events' ids, so the second
+  gets the first one's answer (within memsvc's key window, a day).
 - `search_memory` returns one `MemoryEntry` per memsvc hit: its content the turns the hit
   covers (standing instructions first), its author the speakers, its timestamp when they
   began, its id `"turns:START-END"`. `delete_memory(memory_id=...)` deletes those turns: they
@@ -33,6 +35,7 @@ How ADK's types map onto memsvc:
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -44,7 +47,7 @@ from google.adk.memory.memory_entry import MemoryEntry
 from google.genai import types
 
 from memsvc_client.aio import AsyncMemoryClient
-from memsvc_client.client import MemsvcError, new_idempotency_key, search_request, written
+from memsvc_client.client import MemsvcError, search_request, written
 from memsvc_client.integrations._hits import said_lines
 from memsvc_client.integrations._ids import joined_id
 from memsvc_client.v1 import memory_pb2 as pb
@@ -88,6 +91,13 @@ def to_turn(conversation_id: str, event: Event, max_text_chars: int) -> pb.Memor
         timestamp=when,
         payload=event.model_dump_json(exclude_none=True),
     )
+
+
+def events_key(events: Sequence[Event]) -> str:
+    """The idempotency key of adding these events: the same for every process adding the
+    same new events (memsvc scopes keys by conversation)."""
+    ids = "\n".join(e.id for e in events)
+    return "adk-events:" + hashlib.sha256(ids.encode()).hexdigest()
 
 
 def to_entry(hit: pb.Hit) -> MemoryEntry:
@@ -147,7 +157,7 @@ class MemsvcMemoryService(BaseMemoryService):
             return
         turns = [to_turn(conversation, e, self.max_text_chars) for e in new]
         reply = await self._memory.append(
-            turns, assign_turn_ids=True, wait=self.wait, idempotency_key=new_idempotency_key()
+            turns, assign_turn_ids=True, wait=self.wait, idempotency_key=events_key(new)
         )
         written(reply)
 
