@@ -302,3 +302,35 @@ class MemoryServiceTest(ServerTestCase):
                 await service.close()
 
         self.assertEqual(asyncio.run(kept()), [[f"ev-{i}" for i in range(4)]] * tries)
+
+    def test_a_search_that_matches_nothing_finds_nothing(self) -> None:
+        # issue 63, item 8: search always returned the nearest memory, where ADK's
+        # InMemoryMemoryService returns none (its tests assert it for unrelated queries)
+        async def run() -> tuple[list[str], list[str], list[str]]:
+            memory = self.service()
+            _, session = await session_with(
+                [
+                    said("user", "The spare key is under the blue flowerpot."),
+                    said("helper", "Noted: the spare key is under the blue flowerpot."),
+                ],
+                "floor",
+                "jo",
+            )
+            await memory.add_session_to_memory(session)
+
+            async def texts(service: MemsvcMemoryService, query: str) -> list[str]:
+                found = await service.search_memory(app_name="floor", user_id="jo", query=query)
+                return [p.text or "" for m in found.memories for p in m.content.parts or []]
+
+            unrelated = await texts(memory, "quantum chromodynamics lecture")
+            related = await texts(memory, "where is the key?")
+            every = MemsvcMemoryService(self.target, token=WRITER, min_similarity=None)
+            unfloored = await texts(every, "quantum chromodynamics lecture")
+            await memory.close()
+            await every.close()
+            return unrelated, related, unfloored
+
+        unrelated, related, unfloored = asyncio.run(run())
+        self.assertEqual(unrelated, [])
+        self.assertTrue(any("flowerpot" in t for t in related))
+        self.assertTrue(any("flowerpot" in t for t in unfloored))  # the floor is what holds

@@ -27,6 +27,14 @@ How ADK's types map onto memsvc:
   processes adding the same new events at the same moment add them once: the write's
   idempotency key is derived from the conversation and the new events' ids, so the second
   gets the first one's answer (within memsvc's key window, a day).
+- `search_memory` returns nothing when nothing matches, as `InMemoryMemoryService` does: a
+  hit is kept when it shares a word with the query (memsvc's keyword analyzer: English
+  stemmed, very common English words left out, Chinese by two-character pieces) or its
+  cosine similarity with the query reaches `min_similarity` (default 0.35: on the bundled
+  all-MiniLM-L6-v2, 99 % of other conversations' turns score below it for LoCoMo dev
+  questions, and every evidence turn sharing no word with its question above it; a model
+  whose unrelated texts score higher, as bge-small-zh's do, needs a higher floor; None
+  keeps every hit).
 - `search_memory` returns one `MemoryEntry` per memsvc hit: its content the turns the hit
   covers (standing instructions first), its author the speakers, its timestamp when they
   began, its id `"turns:START-END"`. `delete_memory(memory_id=...)` deletes those turns: they
@@ -124,8 +132,10 @@ class MemsvcMemoryService(BaseMemoryService):
         max_text_chars: int = 100_000,
         prefix: str = "",
         wait: bool = True,
+        min_similarity: float | None = 0.35,
     ) -> None:
         self.top_k = top_k
+        self.min_similarity = min_similarity
         self.prefix = prefix
         # add_session_to_memory returns once the events are searchable, so a Runner started
         # next (PreloadMemoryTool) finds them, as with InMemoryMemoryService
@@ -179,14 +189,21 @@ class MemsvcMemoryService(BaseMemoryService):
         request = search_request(
             query, [self._conversation(app_name, user_id)], self.top_k, None, ()
         )
+        request.explain = self.min_similarity is not None  # matched words, cosine per hit
         try:
             reply: pb.EmbedDbResponse = await self._memory.call("EmbedDb", request)
         except MemsvcError as exc:
             if exc.code is grpc.StatusCode.NOT_FOUND:  # nothing kept for this user yet
                 return SearchMemoryResponse()
             raise
-        hits = [*reply.standing, *reply.hits]
+        hits = [h for h in (*reply.standing, *reply.hits) if self._matches(h)]
         return SearchMemoryResponse(memories=[to_entry(h) for h in hits])
+
+    def _matches(self, hit: pb.Hit) -> bool:
+        if self.min_similarity is None:
+            return True
+        why = hit.explanation
+        return bool(why.matched_terms) or why.dense_score >= self.min_similarity
 
     async def delete_memory(
         self, *, app_name: str, user_id: str, memory_id: str | None = None
