@@ -400,6 +400,14 @@ def test_a_narrow_screen_fits_the_page(browser: Any, console: Console) -> None:
         expect(page.locator("#turns tbody tr").first).to_contain_text("ModuleNotFoundError")
         widths["conversation"] = page.evaluate("document.documentElement.scrollWidth")
         assert all(width <= 420 for width in widths.values()), widths
+        # times wrapped mid-date ("2026-03-" / "01T09:00:00Z"): a date and a time each keep
+        # to one line (one box each); the column may break between them
+        lines = page.evaluate(
+            "[...document.querySelectorAll('#turns .when span')]"
+            ".map((s) => [s.textContent, s.getClientRects().length])"
+        )
+        assert lines and all(n == 1 for _, n in lines), lines
+        assert lines[0][0] == "2026-03-01", lines
     finally:
         context.close()
 

@@ -89,6 +89,17 @@ function el(tag, text, attrs = {}) {
   return node;
 }
 
+// A timestamp as written ("2026-02-02T10:15:30+08:00"), shown as date and time, each
+// kept on one line: a narrow column breaks between them, never inside the date.
+function when(timestamp) {
+  const out = el("span", null, {class: "when"});
+  if (!timestamp) return out;
+  const [date, time] = timestamp.split("T");
+  out.append(el("span", date));
+  if (time) out.append(" ", el("span", time));
+  return out;
+}
+
 function row(cells) {
   const tr = document.createElement("tr");
   for (const cell of cells) {
@@ -326,7 +337,7 @@ function renderList() {
     });
     // the JSON mapping leaves out zeros: a missing turn id is turn 0
     body.append(row([link, Number(c.lastAppendedTurn || 0) + 1, c.lastIndexedTurn || 0,
-      c.backlog || 0, c.state, c.lastTimestamp || ""]));
+      c.backlog || 0, c.state, when(c.lastTimestamp)]));
   }
   $("page-text").textContent = `page ${state.page + 1} of ${pages} · ${items.length} conversations`
     + (state.more ? " (the first by id: type a prefix to narrow)" : "");
@@ -414,7 +425,7 @@ function renderTurns(events, indexed, lastTurn, chunks) {
       if (pick.checked) state.selected.add(t); else state.selected.delete(t);
       $("delete-turns").disabled = state.selected.size === 0;
     });
-    const tr = row([pick, t, e.speaker, e.timestamp, e.text,
+    const tr = row([pick, t, e.speaker, when(e.timestamp), e.text,
       t > indexed ? "not yet searchable" : "searchable"]);
     tr.dataset.turn = String(t);
     tr.firstChild.className = "writer-only";
