@@ -493,3 +493,33 @@ def test_a_log_of_the_previous_schema_gains_payloads(tmp_path: Path) -> None:
     )
     with log.snapshot() as r:
         assert r.events("old", [0])[0].payload == "" and r.events("old", [0])[0].text == "hi"
+
+
+def test_export_reads_only_the_turns_asked_for(services: Services) -> None:
+    """ExportEvents' `turn_range`: the turns a search hit covers (an adapter gives each its
+    own memory), without reading the rest; deleted turns left out; pages follow tokens."""
+    svc = services
+    events = [
+        MemoryEvent("span", i, "user", f"note {i}", f"2026-02-02T10:00:{i:02d}+00:00")
+        for i in range(12)
+    ]
+    assert svc.ingest.append(events).accepted == 12
+    svc.deletion.delete("span", TurnRange(5, 5), [])
+
+    def turns(start: int, end: int, page_size: int = 0) -> list[int]:
+        out, token = [], ""
+        while True:
+            page, token = svc.ingest.export_events(
+                "span", page_size, token, turns=TurnRange(start, end)
+            )
+            out += [e.turn_id for e in page]
+            if not token:
+                return out
+
+    assert turns(3, 7) == [3, 4, 6, 7]
+    assert turns(3, 7, page_size=1) == [3, 4, 6, 7]
+    assert turns(5, 5) == [] and turns(11, 40) == [11] and turns(0, 0) == [0]
+    for bad, field in ((TurnRange(4, 3), "turn_range"), (TurnRange(-1, 3), "turn_range.start")):
+        with pytest.raises(InvalidArgument) as refused:
+            svc.ingest.export_events("span", 0, "", turns=bad)
+        assert refused.value.field == field

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -287,24 +288,33 @@ class IngestService:
         page_token: str,
         access: Access = FULL,
         last: int = 0,
+        turns: TurnRange | None = None,
     ) -> tuple[list[MemoryEvent], str]:
         """A page of the conversation's live events as appended (only the newest `last`,
-        when set), and the next page's token (empty at the end)."""
+        when set; only those with ids in `turns`, when given), and the next page's token
+        (empty at the end)."""
         conv = validation.conversation_id(conversation_id, "conversation_id")
         access.check(conv, "conversation_id")
         if not 0 <= page_size <= 5000:
             raise InvalidArgument("page_size", "must be 0 (= 500) to 5000")
         if last < 0:
             raise InvalidArgument("last", "must be 0 (= every event) or more")
+        if turns is not None:
+            validation.turn_range(turns, "turn_range")
         size = page_size or 500
         after = _number(page_token, "t", "ExportEvents", -1)
+        if turns is not None:
+            after = max(after, turns.start - 1)
         with self.log.snapshot() as r:
             # The first page fixes where the newest `last` begin; later pages follow the
             # token, so turns appended meanwhile do not shift the window under the reader.
             first = r.nth_newest_live_turn(conv, last) if last and not page_token else None
             if first is not None:
                 after = first - 1
-            rows, more = cut(_live_events(r, conv, after), _event_size, size)
+            rows_read = _live_events(r, conv, after)
+            if turns is not None:
+                rows_read = itertools.takewhile(lambda e: e.turn_id <= turns.end, rows_read)
+            rows, more = cut(rows_read, _event_size, size)
         page = [
             MemoryEvent(
                 conversation_id=e.conversation_id,

@@ -354,16 +354,18 @@ class RetireChunkVersionResponse(_message.Message):
     def __init__(self, retired: _Optional[int] = ...) -> None: ...
 
 class ExportEventsRequest(_message.Message):
-    __slots__ = ("conversation_id", "page_size", "page_token", "last")
+    __slots__ = ("conversation_id", "page_size", "page_token", "last", "turn_range")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
+    TURN_RANGE_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     page_size: int
     page_token: str
     last: int
-    def __init__(self, conversation_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., last: _Optional[int] = ...) -> None: ...
+    turn_range: TurnRange
+    def __init__(self, conversation_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., last: _Optional[int] = ..., turn_range: _Optional[_Union[TurnRange, _Mapping]] = ...) -> None: ...
 
 class ExportEventsResponse(_message.Message):
     __slots__ = ("events", "next_page_token")

@@ -22,6 +22,7 @@ from memsvc_client.client import (
     bearer,
     channel_options,
     credentials,
+    export_request,
     last_turns,
     retry_safely,
     search_request,
@@ -118,15 +119,15 @@ class AsyncMemoryClient:
         )
         return reply
 
-    async def export(self, conversation_id: str, last: int = 0) -> list[pb.MemoryEvent]:
+    async def export(
+        self, conversation_id: str, last: int = 0, turns: tuple[int, int] | None = None
+    ) -> list[pb.MemoryEvent]:
         events: list[pb.MemoryEvent] = []
         token = ""
         while True:
             reply = await self.call(
                 "ExportEvents",
-                pb.ExportEventsRequest(
-                    conversation_id=conversation_id, page_token=token, last=last
-                ),
+                export_request(conversation_id, token, last, turns),
             )
             events += reply.events
             token = reply.next_page_token

@@ -93,6 +93,17 @@ def search_request(
     )
 
 
+def export_request(
+    conversation_id: str, page_token: str, last: int, turns: tuple[int, int] | None
+) -> pb.ExportEventsRequest:
+    request = pb.ExportEventsRequest(
+        conversation_id=conversation_id, page_token=page_token, last=last
+    )
+    if turns is not None:
+        request.turn_range.start, request.turn_range.end = turns
+    return request
+
+
 def wait_request(conversation_id: str, turn_id: int, timeout_s: float) -> pb.WaitForIndexedRequest:
     return pb.WaitForIndexedRequest(
         conversation_id=conversation_id,
@@ -239,17 +250,18 @@ class MemoryClient:
         )
         return reply
 
-    def export(self, conversation_id: str, last: int = 0) -> list[pb.MemoryEvent]:
+    def export(
+        self, conversation_id: str, last: int = 0, turns: tuple[int, int] | None = None
+    ) -> list[pb.MemoryEvent]:
         """The conversation's live events as appended, in turn order (every page); only the
-        newest `last` of them when set (a 0.1 server ignores it and sends all)."""
+        newest `last` of them when set (a 0.1 server ignores it and sends all); only those
+        with turn ids in `turns` (first, last), when given."""
         events: list[pb.MemoryEvent] = []
         token = ""
         while True:
             reply = self.call(
                 "ExportEvents",
-                pb.ExportEventsRequest(
-                    conversation_id=conversation_id, page_token=token, last=last
-                ),
+                export_request(conversation_id, token, last, turns),
             )
             events += reply.events
             token = reply.next_page_token

@@ -313,6 +313,11 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             request.page_token,
             current_access(),
             last=request.last,
+            turns=(
+                TurnRange(request.turn_range.start, request.turn_range.end)
+                if request.HasField("turn_range")
+                else None
+            ),
         )
         return pb.ExportEventsResponse(
             events=[event_to_pb(e) for e in events], next_page_token=token
