@@ -106,12 +106,13 @@ class MemoryServiceTest(ServerTestCase):
             kept = await memory.events(app_name="gym", user_id="ana")
             found = await memory.search_memory(app_name="gym", user_id="ana", query="locker code")
             await memory.close()
-            texts = [p.text or "" for m in found.memories for p in (m.content.parts or [])]
+            # each memory is an event as added: the code is in the function's response
+            texts = [m.content.model_dump_json() for m in found.memories]
             return kept, texts
 
         kept, texts = asyncio.run(search())
         self.assertEqual(kept, added)  # exactly, function call and response included
-        self.assertTrue(any("4417" in t for t in texts), texts)
+        self.assertTrue(any('"code":"4417"' in t for t in texts), texts)
 
     def test_two_processes_add_sessions_of_one_user_and_lose_nothing(self) -> None:
         # two workers of one app, each with its own growing session of the same user
@@ -334,3 +335,32 @@ class MemoryServiceTest(ServerTestCase):
         self.assertEqual(unrelated, [])
         self.assertTrue(any("flowerpot" in t for t in related))
         self.assertTrue(any("flowerpot" in t for t in unfloored))  # the floor is what holds
+
+    def test_memories_are_events_and_a_delete_takes_exactly_one(self) -> None:
+        # issue 63, item 8: an entry was a whole chunk (its author "user, assistant", its
+        # text "User: …") and delete_memory deleted the chunk, neighbouring events included;
+        # InMemoryMemoryService gives one entry per event and deletes that event only
+        events = [
+            said("user", "My locker code is 4417."),
+            said("coach", "Got it, I will remember the code."),
+            said("user", "My gym is on Harbour Street."),
+        ]
+
+        async def run() -> tuple[list[MemoryEntry], list[str], list[str]]:
+            memory = self.service()
+            _, session = await session_with(events, "gym2", "lu")
+            await memory.add_session_to_memory(session)
+            found = await memory.search_memory(app_name="gym2", user_id="lu", query="locker code")
+            await memory.delete_memory(app_name="gym2", user_id="lu", memory_id=events[0].id)
+            after = await memory.search_memory(app_name="gym2", user_id="lu", query="locker code")
+            left = [e.id for e in await memory.events(app_name="gym2", user_id="lu")]
+            await memory.close()
+            return found.memories, [m.id or "" for m in after.memories], left
+
+        found, after, left = asyncio.run(run())
+        first = next(m for m in found if m.id == events[0].id)
+        self.assertEqual(first.author, "user")
+        self.assertEqual(first.content, events[0].content)  # as added, not a rendered line
+        self.assertTrue(all(m.id in {e.id for e in events} for m in found))
+        self.assertNotIn(events[0].id, after)
+        self.assertEqual(left, [events[1].id, events[2].id])  # its neighbours stay

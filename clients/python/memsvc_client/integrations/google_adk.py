@@ -35,14 +35,19 @@ How ADK's types map onto memsvc:
   questions, and every evidence turn sharing no word with its question above it; a model
   whose unrelated texts score higher, as bge-small-zh's do, needs a higher floor; None
   keeps every hit).
-- `search_memory` returns one `MemoryEntry` per memsvc hit: its content the turns the hit
-  covers (standing instructions first), its author the speakers, its timestamp when they
-  began, its id `"turns:START-END"`. `delete_memory(memory_id=...)` deletes those turns: they
-  are never found or returned again. `purge` erases their text (an admin token).
+- `search_memory` returns one `MemoryEntry` per event, as `InMemoryMemoryService` does: the
+  events of memsvc's hits (standing instructions first, then by score; each hit's turns in
+  order, each event once), at most `top_k` of them, each read back from memsvc exactly as
+  added: its content, author and timestamp are the event's, its id the event's id.
+  `delete_memory(memory_id=...)` deletes that one event (its neighbours stay): it is never
+  found or returned again. `purge` erases its text (an admin token). Adding a session
+  again after a delete adds the deleted event again (memsvc's export does not show
+  deleted turns to a writer), where `InMemoryMemoryService` remembers deleted ids.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -56,7 +61,6 @@ from google.genai import types
 
 from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemsvcError, search_request, written
-from memsvc_client.integrations._hits import said_lines
 from memsvc_client.integrations._ids import joined_id
 from memsvc_client.v1 import memory_pb2 as pb
 
@@ -108,14 +112,22 @@ def events_key(events: Sequence[Event]) -> str:
     return "adk-events:" + hashlib.sha256(ids.encode()).hexdigest()
 
 
-def to_entry(hit: pb.Hit) -> MemoryEntry:
-    meta = hit.metadata
+def covered(hit: pb.Hit) -> list[int]:
+    """The turn ids a hit returns (a narrowed hit names them), in order."""
+    span = hit.metadata.turn_range
+    return list(hit.turns) or list(range(span.start, span.end + 1))
+
+
+def to_entry(hit: pb.Hit, turn: pb.MemoryEvent) -> MemoryEntry:
+    from google.adk.events.event import Event
+
+    event = Event.model_validate_json(turn.payload)
     return MemoryEntry(
-        id=f"{MEMORY_ID_PREFIX}{meta.turn_range.start}-{meta.turn_range.end}",
-        content=types.Content(role="user", parts=[types.Part(text="\n".join(said_lines(hit)))]),
-        author=", ".join(meta.speakers) or None,
-        timestamp=meta.timestamp_range.start or None,
-        custom_metadata={"score": hit.score, "chunk_id": hit.chunk_id},
+        id=event.id,
+        content=event.content or types.Content(role="user", parts=[types.Part(text=turn.text)]),
+        author=event.author,
+        timestamp=datetime.fromtimestamp(event.timestamp).isoformat(),  # as ADK's own entries
+        custom_metadata={"score": hit.score, "chunk_id": hit.chunk_id, "turn_id": turn.turn_id},
     )
 
 
@@ -197,7 +209,20 @@ class MemsvcMemoryService(BaseMemoryService):
                 return SearchMemoryResponse()
             raise
         hits = [h for h in (*reply.standing, *reply.hits) if self._matches(h)]
-        return SearchMemoryResponse(memories=[to_entry(h) for h in hits])
+        spans = [covered(h) for h in hits]
+        conversation = self._conversation(app_name, user_id)
+        read = await asyncio.gather(  # each hit's turns as added, the rest left unread
+            *(self._memory.export(conversation, turns=(t[0], t[-1])) for t in spans)
+        )
+        memories: list[MemoryEntry] = []
+        seen: set[int] = set()
+        for hit, turns, events in zip(hits, spans, read, strict=True):
+            wanted = set(turns)
+            for turn in events:
+                if turn.turn_id in wanted and turn.turn_id not in seen and turn.payload:
+                    seen.add(turn.turn_id)
+                    memories.append(to_entry(hit, turn))
+        return SearchMemoryResponse(memories=memories[: self.top_k])
 
     def _matches(self, hit: pb.Hit) -> bool:
         if self.min_similarity is None:
@@ -210,11 +235,22 @@ class MemsvcMemoryService(BaseMemoryService):
     ) -> None:
         if not memory_id:
             return
-        if not memory_id.startswith(MEMORY_ID_PREFIX):
-            raise ValueError(f"not a memsvc memory id: {memory_id!r} (turns:START-END)")
-        start, _, end = memory_id.removeprefix(MEMORY_ID_PREFIX).partition("-")
         conversation = self._conversation(app_name, user_id)
-        await self._memory.delete(conversation, (int(start), int(end)), defer_store=True)
+        if memory_id.startswith(MEMORY_ID_PREFIX):  # "turns:START-END", as 0.1 gave them
+            start, _, end = memory_id.removeprefix(MEMORY_ID_PREFIX).partition("-")
+            await self._memory.delete(conversation, (int(start), int(end)), defer_store=True)
+            return
+        try:
+            turns = await self._memory.export(conversation)
+        except MemsvcError as exc:
+            if exc.code is grpc.StatusCode.NOT_FOUND:
+                return  # nothing kept for this user: nothing to delete
+            raise
+        for turn in turns:
+            if turn.payload and json.loads(turn.payload).get("id") == memory_id:
+                await self._memory.delete(
+                    conversation, (turn.turn_id, turn.turn_id), defer_store=True
+                )
 
     async def purge(self, *, app_name: str, user_id: str) -> pb.PurgeDeletedResponse:
         """Erase the text of this user's deleted turns for good (an admin token)."""
