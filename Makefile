@@ -162,8 +162,8 @@ test-clients: $(VENV)/.dev clients/node_modules/.installed $(CLIENT_VENV)/.insta
 bench-ingest: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/locomo_ingest.py $(ARGS)
 
-bench-recall: $(VENV)/.dev
-	PYTHONPATH=. $(PY) benchmarks/recall.py $(ARGS)
+bench-recall: $(VENV)/.dev $(INFINITY_VENV)/.done
+	PYTHONPATH=. $(PY) benchmarks/recall.py --remote $(ARGS)
 
 # MemsvcSession's pop_item and clear_session against the SDK's SQLiteSession (client venv).
 bench-session: $(VENV)/.dev $(CLIENT_VENV)/.installed

@@ -1,7 +1,7 @@
 """Evidence recall within a turn budget, per conversation shape, beside a naive baseline.
 
     python benchmarks/recall.py [--shapes locomo,beam] [--eval FILE] [--beam DIR]
-                                [--modes dense,keyword,hybrid] [--chats 1-10]
+                                [--modes dense,keyword,hybrid] [--chats 1-10] [--remote]
 
 Two shapes of conversation:
 - locomo: LoCoMo dev (`--eval`, default ../shared/eval/locomo-dev.json): short chat turns
@@ -21,11 +21,18 @@ of 20 turns, and recall = evidence turns returned / evidence turns:
 - memsvc in each mode: EmbedDb with `turn_budget` 10 / 20 (the turns of the standing
   instructions and of the hits, each turn counted once).
 LoCoMo also reports recall@10 hits (top_k 10, no budget), the figure `make eval` floors.
+
+With `--remote` (`make bench-recall` passes it), the same model also runs behind Infinity
+(.venv-infinity, an OpenAI-compatible server) for a second memsvc, and the table gains its
+rows: the remote path returns one vector per text, so a long turn's head and gist and the
+pooled turn vectors are not the token-level ones (docs/embedders.md). Also printed: the
+mean top-10 overlap of the two paths' hybrid hits (chunk ids, equal across paths).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
@@ -45,6 +52,7 @@ from memsvc.domain.types import MemoryEvent
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, load_local_embedder
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
+from tests.support.embedding_server import REMOTE_MODEL_NAME, InfinityServer, bundled_model_dir
 from tests.support.launch import running_server
 
 MODES = {
@@ -191,6 +199,9 @@ def main() -> None:
     parser.add_argument("--held-out", action="store_true", help="allow chats beyond 1-10")
     parser.add_argument("--modes", default="dense,keyword,hybrid")
     parser.add_argument("--batch-turns", type=int, default=50, help="turns per Build call")
+    parser.add_argument(
+        "--remote", action="store_true", help="also through Infinity (make infinity-venv)"
+    )
     args = parser.parse_args()
     if set(args.chats) - set(beam.DEV_CHATS) and not args.held_out:
         parser.error("BEAM chats beyond 1-10 are held out: pass --held-out for a final measurement")
@@ -214,13 +225,31 @@ def main() -> None:
             Settings(embed_model=BUNDLED_MODEL_NAME, data_dir=Path(tmp) / "naive")
         )
         os.environ["MEMSVC_OVERSIZE"] = "truncate"
-        with running_server(Path(tmp) / "server") as (stub, _pid):
+        with contextlib.ExitStack() as servers:
+            stub, _pid = servers.enter_context(running_server(Path(tmp) / "server"))
+            remote = None
+            if args.remote:
+                model = bundled_model_dir()
+                infinity = InfinityServer(model, REMOTE_MODEL_NAME).start()
+                servers.callback(infinity.stop)
+                remote, _ = servers.enter_context(
+                    running_server(
+                        Path(tmp) / "remote",
+                        env={
+                            "MEMSVC_EMBED_PROVIDER": "openai",
+                            "MEMSVC_EMBED_URL": infinity.url,
+                            "MEMSVC_EMBED_MODEL": REMOTE_MODEL_NAME,
+                            "MEMSVC_EMBED_TOKENIZER": str(model),
+                        },
+                    )
+                )
             print(f"# Recall within a turn budget, {date.today()}, {machine()}")
             print(
                 f"# model {BUNDLED_MODEL_NAME}; memsvc ingest in calls of {args.batch_turns} turns"
+                + ("; remote: the same model behind Infinity" if remote else "")
             )
             for shape, convs in shapes.items():
-                report_shape(shape, convs, stub, embedder, args)
+                report_shape(shape, convs, stub, embedder, args, remote)
 
 
 def report_shape(
@@ -229,11 +258,15 @@ def report_shape(
     stub: pb_grpc.MemoryServiceStub,
     embedder: object,
     args: argparse.Namespace,
+    remote: pb_grpc.MemoryServiceStub | None = None,
 ) -> None:
     t0 = time.perf_counter()
     for conv in convs:
         ingest(stub, conv.events, args.batch_turns)
     ingest_s = time.perf_counter() - t0
+    if remote is not None:
+        for conv in convs:
+            ingest(remote, conv.events, args.batch_turns)
     turns = sum(len(c.events) for c in convs)
     questions = sum(len(c.questions) for c in convs)
     print(
@@ -245,6 +278,12 @@ def report_shape(
     for mode in args.modes.split(","):
         latency[mode] = []
         rows[f"memsvc {mode}"] = measure(convs, memsvc(stub, MODES[mode], latency[mode]))
+    if remote is not None:
+        for mode in args.modes.split(","):
+            latency[f"{mode}, remote"] = []
+            rows[f"memsvc {mode}, remote"] = measure(
+                convs, memsvc(remote, MODES[mode], latency[f"{mode}, remote"])
+            )
     groups = sorted(
         {q.group for c in convs for q in c.questions},
         key=["main", "all", "standing", "ordering"].index,
@@ -269,6 +308,31 @@ def report_shape(
         print(
             f"\nhybrid recall@10 hits (top_k 10, no budget): {recall_at_10_hits(stub, convs):.3f}"
         )
+        if remote is not None:
+            print(f"remote: {recall_at_10_hits(remote, convs):.3f}")
+    if remote is not None:
+        print(f"\nhybrid top-10 overlap, local and remote: {overlap(stub, remote, convs):.3f}")
+
+
+def overlap(
+    local: pb_grpc.MemoryServiceStub,
+    remote: pb_grpc.MemoryServiceStub,
+    convs: Sequence[Conversation],
+) -> float:
+    """Mean share of the local path's top-10 hybrid hits the remote path also returns."""
+    shares = []
+    for conv in convs:
+        for q in conv.questions:
+            request = pb.EmbedDbRequest(
+                query_text=q.question,
+                top_k=10,
+                filters=pb.SearchFilters(conversation_ids=[conv.conversation_id]),
+            )
+            ours = {h.chunk_id for h in local.EmbedDb(request).hits}
+            theirs = {h.chunk_id for h in remote.EmbedDb(request).hits}
+            if ours:
+                shares.append(len(ours & theirs) / len(ours))
+    return statistics.mean(shares)
 
 
 if __name__ == "__main__":

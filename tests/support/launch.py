@@ -80,10 +80,12 @@ def wait_serving(
 
 
 @contextmanager
-def running_server(data_dir: Path, *extra: str) -> Iterator[tuple[pb_grpc.MemoryServiceStub, int]]:
+def running_server(
+    data_dir: Path, *extra: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[pb_grpc.MemoryServiceStub, int]]:
     """Yields a stub once the child is SERVING, and the child's pid."""
     port = free_port()
-    proc = start_child(data_dir, port, *extra)
+    proc = start_child(data_dir, port, *extra, env=env)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
         wait_serving(channel, proc)
