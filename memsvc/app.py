@@ -20,7 +20,7 @@ from memsvc.domain.rendering import ChunkRenderer
 from memsvc.domain.types import SearchMode
 from memsvc.embedding.batching import QueryBatcher
 from memsvc.embedding.providers import load_embedder
-from memsvc.observability import metrics
+from memsvc.observability import metrics, startup
 from memsvc.ports import Embedder, EmbeddingCache, EventLog, IndexQueue, Notifier, WriterLocks
 from memsvc.services import bootstrap
 from memsvc.services.audit import StoreAudit
@@ -207,9 +207,12 @@ def build_services(settings: Settings, embedder: Embedder | None = None) -> Serv
     backend: Backend | None = None
     try:
         datadir.secure(settings.data_dir)
+        startup.enter("opening the event log")
         backend = open_backend(settings)  # before the model: a database error is quick
         if embedder is None:
+            startup.enter("loading the model")
             embedder = load_embedder(settings)
+        startup.enter("opening the vector store and checking it against the log")
         return _build(settings, embedder, backend)
     except BaseException:
         if backend is not None:

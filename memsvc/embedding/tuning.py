@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from memsvc.embedding.backends import Batch, ModelBackend, locked
+from memsvc.observability import startup
 
 log = structlog.get_logger(__name__)
 
@@ -175,6 +176,7 @@ def tuned(
         known = None if again else recorded()
         if known is not None:
             return known, False
+        startup.enter("timing the model's runtimes on this machine (once per machine)")
         shapes = {
             "query": [tokenize([QUERY_TEXT])],
             "passage": [tokenize([passage_texts(n)] * count) for count, n in PASSAGE_SHAPES],

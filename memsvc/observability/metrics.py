@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 
 from memsvc.domain.errors import EmbedderError, StoreUnavailable
 from memsvc.domain.records import QueueGauges, ServerDescription
+from memsvc.observability import startup
 
 # One series per counter and histogram: no `_created` twins (they double the series).
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -301,7 +302,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, b"ok\n")
         elif path == "/readyz":  # it should get traffic: model loaded, store and log up
             ready = READINESS.read()
-            said = ["ready" if ready else "not ready", *READINESS.notes()]
+            phase = None if ready else startup.starting()
+            state = "ready" if ready else "not ready"
+            said = [f"{state}: starting up, {phase}" if phase else state, *READINESS.notes()]
             self._reply(200 if ready else 503, "".join(f"{s}\n" for s in said).encode())
         else:
             self._reply(404, b"not found: /metrics, /healthz, /readyz\n")

@@ -106,13 +106,15 @@ def get(port: int, path: str) -> tuple[int, str]:
 
 
 def test_readyz_follows_what_the_server_says() -> None:
-    from memsvc.observability import metrics
+    from memsvc.observability import metrics, startup
 
     port = metrics.serve_metrics("127.0.0.1:0")
     before = metrics.READINESS.read
     try:
         metrics.READINESS.read = lambda: False
-        assert get(port, "/readyz") == (503, "not ready\n")
+        startup.enter("loading the model")  # this process has not served: it is starting
+        status, said = get(port, "/readyz")
+        assert status == 503 and said.startswith("not ready: starting up, loading the model (")
         assert get(port, "/healthz") == (200, "ok\n")  # alive while not ready
         metrics.READINESS.read = lambda: True
         assert get(port, "/readyz") == (200, "ready\n")

@@ -8,6 +8,9 @@ import os
 import stat
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -176,3 +179,58 @@ def test_an_invalid_setting_is_one_line_naming_its_variable(tmp_path: Path) -> N
         assert done.returncode == 2
         assert done.stderr.splitlines() == [done.stderr.strip()]  # one line
         assert done.stderr.startswith(expected), done.stderr
+
+
+PHASES = [
+    "opening the event log",
+    "loading the model",
+    "timing the model's runtimes on this machine (once per machine)",
+    "opening the vector store and checking it against the log",
+]
+
+
+def test_a_starting_server_says_what_it_is_doing(tmp_path: Path) -> None:
+    """Issue 66: a first start took 98 s and only said "starting": a call before it serves
+    is told the phase (UNAVAILABLE's message), and so is `/readyz` (its body)."""
+    port, metrics_port = free_port(), free_port()
+    proc = start_child(
+        tmp_path / "data",
+        port,
+        "--metrics-listen",
+        f"127.0.0.1:{metrics_port}",
+        # a cache of its own: this start exports the model and times its runtimes
+        env={"MEMSVC_MODEL_CACHE_DIR": str(tmp_path / "cache"), "MEMSVC_TUNE_REPEATS": "2"},
+    )
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
+    said: list[str] = []
+    ready_said: list[str] = []
+    try:
+        while True:
+            try:
+                stub.GetIndexStatus(pb.GetIndexStatusRequest(page_size=1), timeout=5)
+                break
+            except grpc.RpcError as exc:
+                if exc.code() is grpc.StatusCode.UNAVAILABLE and "starting up" in (
+                    exc.details() or ""
+                ):
+                    said.append(exc.details() or "")
+                assert proc.poll() is None, "the server exited while starting"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=5):
+                    pass
+            except urllib.error.HTTPError as refused:
+                ready_said.append(refused.read().decode())
+            except OSError:
+                pass  # the metrics port is not open yet
+            time.sleep(0.05)
+        wait_serving(channel, proc)
+    finally:
+        channel.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+    phases = [next(p for p in PHASES if s.startswith(f"starting up: {p} (")) for s in said]
+    assert "loading the model" in phases and PHASES[2] in phases, said
+    assert phases == sorted(phases, key=PHASES.index), said  # in the order a start takes
+    assert all(" s into the start)" in s for s in said), said
+    assert any(s.startswith("not ready: starting up, ") for s in ready_said), ready_said

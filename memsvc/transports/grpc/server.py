@@ -21,7 +21,7 @@ from memsvc.app import Services, build_services
 from memsvc.config import Settings
 from memsvc.domain.errors import FailedPrecondition
 from memsvc.domain.limits import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
-from memsvc.observability import metrics
+from memsvc.observability import metrics, startup
 from memsvc.storage import datadir
 from memsvc.storage.postgres.database import DatabaseUnreachable
 from memsvc.storage.sqlite.schema import SchemaTooNew
@@ -384,6 +384,7 @@ def serve(settings: Settings) -> None:
         running.stop(0)
         raise
     running.mark_ready(services)
+    startup.done()
     metrics.SERVICE_GAUGES.read = services.gauges
     metrics.set_build_info(services.describe())
     metrics.READINESS.read = lambda: running.serving

@@ -17,7 +17,7 @@ from memsvc.app import Services
 from memsvc.domain import deadline
 from memsvc.domain.errors import Busy, InvalidArgument, Starting
 from memsvc.domain.types import SearchMode, SearchRequest, TurnRange
-from memsvc.observability import metrics
+from memsvc.observability import metrics, startup
 from memsvc.observability.figures import figures
 from memsvc.transports.grpc.admission import Gate
 from memsvc.transports.grpc.auth import current_access
@@ -150,7 +150,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     @property
     def core(self) -> Services:
         if self._services is None:
-            raise Starting("starting up: model and store are loading")
+            raise Starting(f"starting up: {startup.said()}")
         return self._services
 
     @rpc(lambda r: {"chunks": len(r.chunks), "superseded": len(r.superseded_chunk_ids)})
