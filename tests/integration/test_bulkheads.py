@@ -25,13 +25,15 @@ WORKERS = 8
 
 @pytest.fixture()
 def small_server(services: Services) -> Iterator[RunningServer]:
-    """Eight threads: one for waits, one for heavy calls, two for embedding calls."""
+    """Eight threads: one for waits, one for heavy calls, two for embedding calls, two for
+    appends."""
     running = start_server(
         "127.0.0.1:0",
         workers=WORKERS,
         max_waiting_calls=1,
         max_heavy_calls=1,
         max_embedding_calls=2,
+        max_write_calls=2,
     )
     running.mark_ready(services)
     yield running
@@ -82,21 +84,15 @@ def test_7_a_slow_embedder_cannot_take_every_thread(
     assert grpc.StatusCode.RESOURCE_EXHAUSTED in codes
 
 
-def test_a_slow_event_log_cannot_take_every_thread(services: Services, tmp_path: Path) -> None:
+def test_a_slow_event_log_cannot_take_every_thread(
+    small_server: RunningServer, services: Services, tmp_path: Path
+) -> None:
     """Issue 62 (writes get a bulkhead, as searches have): another process holds the SQLite
     log's write lock, so every append waits on it. Only `max_write_calls` of them hold a
     thread; the others are refused at once with UNAVAILABLE (nothing done, a retry hint),
     and health checks and keyword searches keep answering. Once the lock is let go, the
     appends that waited are written, and a client with gRPC's retry policy gets through."""
-    running = start_server(
-        "127.0.0.1:0",
-        workers=WORKERS,
-        max_waiting_calls=1,
-        max_heavy_calls=1,
-        max_embedding_calls=2,
-        max_write_calls=2,
-    )
-    running.mark_ready(services)
+    running = small_server
     channel = grpc.insecure_channel(f"127.0.0.1:{running.port}")
     stub = pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
     assert (
@@ -150,4 +146,3 @@ def test_a_slow_event_log_cannot_take_every_thread(services: Services, tmp_path:
     stored = services.control.status([f"slow-log-{i}" for i in range(WORKERS + 4)])
     assert {c.conversation_id for c in stored if c.last_appended_turn == 0} == written
     channel.close()
-    running.stop(0)
