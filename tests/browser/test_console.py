@@ -432,3 +432,25 @@ def test_a_writer_adds_a_memory_from_the_console(page: Any, console: Console) ->
         metadata=[("authorization", f"Bearer {ADMIN}")],
     ).events
     assert [t.text for t in turns].count("Please bring your laptop charger on the first day.") == 1
+
+
+def test_the_list_agrees_with_the_open_conversation(page: Any, console: Console) -> None:
+    # issue 66: the list said `indexing, backlog 12` while the detail said `idle, backlog 0`:
+    # each read the status at its own time; the detail's reading now updates its list row
+    admin = [("authorization", f"Bearer {ADMIN}")]
+    console.append("acme/agree", [("user", "The first note of this conversation.")])
+    console.wait("acme/agree", 0)
+    sign_in(page, ADMIN)
+    page.click("nav button[data-screen=conversations]")
+    row = page.locator("#conversation-list tbody tr", has=page.locator("a:text-is('acme/agree')"))
+    link = row.locator("a")
+    expect(row).to_contain_text("idle")
+    console.stub.SetIndexingPaused(pb.SetIndexingPausedRequest(paused=True), metadata=admin)
+    try:
+        console.append("acme/agree", [("user", "A second note."), ("user", "A third.")], 1)
+        link.click()
+        expect(page.locator("#conversation-status")).to_contain_text("backlog 2")
+        cells = row.locator("td").all_inner_texts()  # read at once, before any poll
+        assert cells[3] == "2" and cells[4] != "idle", cells
+    finally:
+        console.stub.SetIndexingPaused(pb.SetIndexingPausedRequest(paused=False), metadata=admin)

@@ -382,6 +382,12 @@ async function loadConversation(id, scroll) {
   ]);
   if (state.open !== id) return;
   const s = (status.conversations || [])[0] || {lastIndexedTurn: -1, lastAppendedTurn: -1};
+  // the list's row was read at the last poll: take this newer reading, so the two agree
+  const listed = state.conversations.findIndex((c) => c.conversationId === id);
+  if (listed >= 0 && status.conversations?.length) {
+    state.conversations[listed] = s;
+    renderList();
+  }
   const indexed = Number(s.lastIndexedTurn || 0);
   const lastTurn = Number(s.lastAppendedTurn || 0);
   $("conversation").hidden = false;
