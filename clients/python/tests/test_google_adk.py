@@ -352,6 +352,9 @@ class MemoryServiceTest(ServerTestCase):
             await memory.add_session_to_memory(session)
             found = await memory.search_memory(app_name="gym2", user_id="lu", query="locker code")
             await memory.delete_memory(app_name="gym2", user_id="lu", memory_id=events[0].id)
+            # the app adds the session again after its next turn: the deleted event stays
+            # deleted (it came back before; InMemoryMemoryService remembers deleted ids)
+            await memory.add_session_to_memory(session)
             after = await memory.search_memory(app_name="gym2", user_id="lu", query="locker code")
             left = [e.id for e in await memory.events(app_name="gym2", user_id="lu")]
             await memory.close()

@@ -40,9 +40,10 @@ How ADK's types map onto memsvc:
   order, each event once), at most `top_k` of them, each read back from memsvc exactly as
   added: its content, author and timestamp are the event's, its id the event's id.
   `delete_memory(memory_id=...)` deletes that one event (its neighbours stay): it is never
-  found or returned again. `purge` erases its text (an admin token). Adding a session
-  again after a delete adds the deleted event again (memsvc's export does not show
-  deleted turns to a writer), where `InMemoryMemoryService` remembers deleted ids.
+  found or returned again, and adding the session again does not add it back, as with
+  `InMemoryMemoryService`: the deleted ids are kept in a conversation of their own,
+  `conversation_of(...) + "/%deleted"` (no pair's conversation ends so), one system turn
+  per id. `purge` erases the deleted events' text (an admin token).
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ if TYPE_CHECKING:
     from google.adk.sessions.session import Session
 
 MEMORY_ID_PREFIX = "turns:"
+# where a user's deleted event ids are kept: no encoded or plain id part is "%deleted"
+DELETED_SUFFIX = "/%deleted"
 
 
 def conversation_of(app_name: str, user_id: str, prefix: str = "") -> str:
@@ -110,6 +113,11 @@ def events_key(events: Sequence[Event]) -> str:
     same new events (memsvc scopes keys by conversation)."""
     ids = "\n".join(e.id for e in events)
     return "adk-events:" + hashlib.sha256(ids.encode()).hexdigest()
+
+
+def event_id(turn: pb.MemoryEvent) -> str:
+    """The ADK event id a turn was added from ("" for a turn without one)."""
+    return str(json.loads(turn.payload).get("id", "")) if turn.payload else ""
 
 
 def covered(hit: pb.Hit) -> list[int]:
@@ -173,7 +181,10 @@ class MemsvcMemoryService(BaseMemoryService):
         custom_metadata: Mapping[str, object] | None = None,
     ) -> None:
         conversation = self._conversation(app_name, user_id)
-        kept = {e.id for e in await self.events(app_name=app_name, user_id=user_id)}
+        live, deleted = await asyncio.gather(
+            self.events(app_name=app_name, user_id=user_id), self._deleted_ids(conversation)
+        )
+        kept = {e.id for e in live} | deleted  # a deleted event is not added back
         new = [e for e in events if e.id not in kept and text_of(e)]
         if not new:
             return
@@ -238,19 +249,43 @@ class MemsvcMemoryService(BaseMemoryService):
         conversation = self._conversation(app_name, user_id)
         if memory_id.startswith(MEMORY_ID_PREFIX):  # "turns:START-END", as 0.1 gave them
             start, _, end = memory_id.removeprefix(MEMORY_ID_PREFIX).partition("-")
-            await self._memory.delete(conversation, (int(start), int(end)), defer_store=True)
+            turns = await self._export(conversation, (int(start), int(end)))
+        else:
+            turns = [t for t in await self._export(conversation) if event_id(t) == memory_id]
+        if not turns:
             return
-        try:
-            turns = await self._memory.export(conversation)
-        except MemsvcError as exc:
-            if exc.code is grpc.StatusCode.NOT_FOUND:
-                return  # nothing kept for this user: nothing to delete
-            raise
+        # remembered first: a delete cut short leaves the event kept, and not added again
+        await self._remember_deleted(conversation, [event_id(t) for t in turns])
         for turn in turns:
-            if turn.payload and json.loads(turn.payload).get("id") == memory_id:
-                await self._memory.delete(
-                    conversation, (turn.turn_id, turn.turn_id), defer_store=True
-                )
+            await self._memory.delete(conversation, (turn.turn_id, turn.turn_id), defer_store=True)
+
+    async def _export(
+        self, conversation: str, turns: tuple[int, int] | None = None
+    ) -> list[pb.MemoryEvent]:
+        try:
+            return await self._memory.export(conversation, turns=turns)
+        except MemsvcError as exc:
+            if exc.code is grpc.StatusCode.NOT_FOUND:  # nothing kept for this user yet
+                return []
+            raise
+
+    async def _deleted_ids(self, conversation: str) -> set[str]:
+        return {event_id(t) for t in await self._export(conversation + DELETED_SUFFIX)}
+
+    async def _remember_deleted(self, conversation: str, ids: Sequence[str]) -> None:
+        when = datetime.now(timezone.utc).isoformat()  # noqa: UP017 (3.10)
+        marks = [
+            pb.MemoryEvent(
+                conversation_id=conversation + DELETED_SUFFIX,
+                speaker="system",
+                text=f"deleted ADK event {i}",
+                timestamp=when,
+                payload=json.dumps({"id": i}),
+            )
+            for i in ids
+        ]
+        key = "adk-deleted:" + hashlib.sha256("\n".join(ids).encode()).hexdigest()
+        written(await self._memory.append(marks, assign_turn_ids=True, idempotency_key=key))
 
     async def purge(self, *, app_name: str, user_id: str) -> pb.PurgeDeletedResponse:
         """Erase the text of this user's deleted turns for good (an admin token)."""
