@@ -168,3 +168,16 @@ def test_rendered_chunks_fit_the_model(embedder: Embedder) -> None:
     long_turns = ["word " * 300, "词语" * 400, "short reply"]
     for chunk in _render_all(long_turns, embedder):
         assert embedder.count_tokens([str(chunk["text"])])[0] + 2 <= 512
+
+
+def test_each_turn_is_labelled_in_its_own_language(embedder: Embedder) -> None:
+    # issue 66: a mixed English/Chinese chunk labelled every turn 用户(Ana) / 助手
+    texts = [
+        "我们下周去东京，护照和签证都准备好了吗？",
+        "Yes, both are in the blue folder on your desk.",
+        "太好了，谢谢！",
+        "You're welcome, have a good trip to Tokyo.",
+    ]
+    lines = _render_all(texts, embedder, names=True)[0]["text"].splitlines()  # type: ignore[union-attr]
+    assert lines[1].startswith("用户(Ana): ") and lines[3].startswith("用户(Ana): ")
+    assert lines[2].startswith("Assistant (Bot): ") and lines[4].startswith("Assistant (Bot): ")

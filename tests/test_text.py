@@ -4,7 +4,7 @@ import pytest
 
 from memsvc.domain.errors import InvalidArgument
 from memsvc.domain.ids import chunk_id
-from memsvc.domain.text import clean_text, epoch_ms, is_chinese, parse_rfc3339
+from memsvc.domain.text import clean_text, epoch_ms, is_chinese, parse_rfc3339, turn_is_chinese
 
 
 def test_clean_text_nfkc_controls_and_whitespace() -> None:
@@ -49,3 +49,14 @@ def test_chunk_id_formula() -> None:
     assert chunk_id("conv-1", 0, 3, 2) != expected
     piece = "chk_" + hashlib.sha256(b"conv-1\x1f0\x1f0\x1f1\x1f2").hexdigest()[:32]
     assert chunk_id("conv-1", 0, 0, 1, part_index=2) == piece
+
+
+def test_a_turn_label_follows_the_turn_when_its_language_is_plain() -> None:
+    # issue 66: a mixed chunk labelled its English turns 用户(Ana) / 助手
+    assert turn_is_chinese("我们下周去东京，护照放哪了？", window_is_chinese=False)
+    assert not turn_is_chinese("Where did I put my passport again?", window_is_chinese=True)
+    # too short or without letters: the window decides
+    assert turn_is_chinese("ok", window_is_chinese=True)
+    assert turn_is_chinese("好", window_is_chinese=False)  # one CJK character: Chinese
+    assert turn_is_chinese("42 / 7 = 6", window_is_chinese=True)
+    assert not turn_is_chinese("42 / 7 = 6", window_is_chinese=False)

@@ -17,7 +17,7 @@ from memsvc.domain.prefix import (
     render_prefix,
 )
 from memsvc.domain.standing import gives_rule
-from memsvc.domain.text import epoch_ms
+from memsvc.domain.text import epoch_ms, turn_is_chinese
 from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
 
 
@@ -35,16 +35,19 @@ class ChunkRenderer:
         turns = window.turns
         texts = [window.piece] if window.piece else [t.text for t in turns]
         chinese = is_chinese_window(texts)
-        labels = ROLE_LABELS_ZH if chinese else ROLE_LABELS_EN
+        labels = ROLE_LABELS_ZH if chinese else ROLE_LABELS_EN  # the prefix's: the window's
         shown = label_names(
             [t.speaker_name for t in turns if t.speaker_name], self.policy, self._count_tokens
         )
         lines = []
         for turn, text in zip(turns, texts, strict=True):
-            label = labels.get(turn.speaker, turn.speaker)
+            # each turn's label in its own language: an English turn of a mostly Chinese
+            # window reads "User (Ana)", not "用户(Ana)"
+            zh = turn_is_chinese(text, chinese)
+            label = (ROLE_LABELS_ZH if zh else ROLE_LABELS_EN).get(turn.speaker, turn.speaker)
             if turn.speaker_name:
                 name = shown[turn.speaker_name][0]
-                label = f"{label}({name})" if chinese else f"{label} ({name})"
+                label = f"{label}({name})" if zh else f"{label} ({name})"
             lines.append(f"{label}: {text}")
         participants = _participants(turns, labels)[:MAX_PARTICIPANTS]
         topic = self._keywords.keywords(" ".join(texts), limit=4)

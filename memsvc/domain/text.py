@@ -67,6 +67,16 @@ def is_chinese(text: str) -> bool:
     return cjk > 0 and cjk * 4 >= latin
 
 
+def turn_is_chinese(text: str, window_is_chinese: bool) -> bool:
+    """Whether one turn's role label is Chinese: its own language when it plainly has one
+    (Chinese; or a dozen Latin letters and no CJK), else its window's ("ok", "好", code)."""
+    if is_chinese(text):
+        return True
+    if not _CJK.search(text) and len(_LATIN.findall(text)) >= 12:
+        return False
+    return window_is_chinese
+
+
 def parse_rfc3339(value: str, field: str) -> datetime:
     """Parse an RFC 3339 timestamp with offset; InvalidArgument naming `field` otherwise."""
     if not _RFC3339.match(value):
