@@ -17,7 +17,9 @@ RECALL_AT_10_FLOOR = 0.82
 
 
 def test_split_invariance_on_locomo(services: Services, locomo: list[Conversation]) -> None:
-    split_invariance(services, [c.events for c in locomo], seed=7)
+    # two conversations (788 turns) of real shapes: the property is per conversation, and
+    # all five took 270 s of CI (make test checks it on generated ones too)
+    split_invariance(services, [c.events for c in locomo[:2]], seed=7)
 
 
 def test_kill_9_mid_indexing_on_locomo(
