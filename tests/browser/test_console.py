@@ -239,6 +239,15 @@ def test_an_admin_watches_appended_turns_become_searchable(page: Any, console: C
     # live figures: the charts draw once two readings are in
     page.click("nav button[data-screen=overview]")
     expect(page.locator("#chart-throughput svg")).to_have_count(1, timeout=30_000)
+    # issue 66: the sparklines had no axes, and a line could cross its caption: the scale's
+    # top and 0, the time span, and every point inside the plot
+    chart = page.locator("#chart-throughput svg")
+    labels = chart.locator("text").evaluate_all("nodes => nodes.map((n) => n.textContent)")
+    assert labels[1:] == ["0", "−1 min", "now"] and labels[0], labels
+    drawn = chart.locator("polyline.line").get_attribute("points") or ""
+    xs, ys = zip(*(map(float, p.split(",")) for p in drawn.split()), strict=True)
+    assert all(6 <= y <= 58 for y in ys), drawn
+    assert all(34 <= x <= 236 for x in xs) and max(xs) == 236, drawn  # the newest at "now"
     # a reindex of everything, followed to its end on the progress bar; it shows none done
     # while the worker is paused (issue 66: "9 of 9 rebuilt" at once while 8 were indexing)
     page.click("#pause")

@@ -291,26 +291,48 @@ function push(name, value) {
 
 const SVG = "http://www.w3.org/2000/svg";
 
+// A sparkline with its axes: the scale's top and 0 at the left, the time span below. Values
+// are clamped to the plot (a counter reset would draw below it, across the caption).
 function draw(id, series, format) {
   const figure = $(id);
   figure.querySelector("svg")?.remove();
   figure.querySelector(".value")?.remove();
-  const width = 240, height = 60;
+  const width = 240, height = 74, left = 34, right = 236, top = 6, bottom = 58;
   const svg = document.createElementNS(SVG, "svg");
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
   svg.setAttribute("role", "img");
   const known = series.filter((v) => v !== null);
-  const top = Math.max(...known, 1e-9);
+  const scale = Math.max(...known, 1e-9);
+  const y = (v) => bottom - (Math.min(Math.max(v, 0), scale) / scale) * (bottom - top);
+  // the newest reading at "now": a short series ends at the right, not the left
+  const x = (i) => left + ((CHART_POINTS - series.length + i) / (CHART_POINTS - 1)) * (right - left);
   const points = series
-    .map((v, i) => (v === null ? null
-      : `${(i / (CHART_POINTS - 1)) * width},${height - 4 - (v / top) * (height - 8)}`))
+    .map((v, i) => (v === null ? null : `${x(i)},${y(v)}`))
     .filter((p) => p !== null);
+  const axis = document.createElementNS(SVG, "polyline");
+  axis.setAttribute("class", "axis");
+  axis.setAttribute("points", `${left},${top} ${left},${bottom} ${right},${bottom}`);
   const line = document.createElementNS(SVG, "polyline");
+  line.setAttribute("class", "line");
   line.setAttribute("points", points.join(" "));
-  svg.append(line);
+  const minutes = Math.round((CHART_POINTS * REFRESH_MS) / 60000);
+  svg.append(axis, line,
+    label(left - 3, top + 6, known.length ? format(scale) : "", "end"),
+    label(left - 3, bottom, "0", "end"),
+    label(left, height - 2, `−${minutes} min`, "start"),
+    label(right, height - 2, "now", "end"));
   const latest = known.length ? format(known[known.length - 1]) : "–";
   svg.setAttribute("aria-label", figure.querySelector("figcaption").textContent + ": " + latest);
   figure.append(svg, el("span", latest, {class: "value"}));
+}
+
+function label(x, y, text, anchor) {
+  const node = document.createElementNS(SVG, "text");
+  node.setAttribute("x", x);
+  node.setAttribute("y", y);
+  node.setAttribute("text-anchor", anchor);
+  node.textContent = text;
+  return node;
 }
 
 // ---- conversations -------------------------------------------------------------------
