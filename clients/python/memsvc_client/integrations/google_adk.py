@@ -255,7 +255,9 @@ class MemsvcMemoryService(BaseMemoryService):
         if not turns:
             return
         # remembered first: a delete cut short leaves the event kept, and not added again
-        await self._remember_deleted(conversation, [event_id(t) for t in turns])
+        ids = [i for i in (event_id(t) for t in turns) if i]  # turns added by ADK events
+        if ids:
+            await self._remember_deleted(conversation, ids)
         for turn in turns:
             await self._memory.delete(conversation, (turn.turn_id, turn.turn_id), defer_store=True)
 
