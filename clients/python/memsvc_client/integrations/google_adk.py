@@ -198,12 +198,7 @@ class MemsvcMemoryService(BaseMemoryService):
         """Every event kept for this user, in the order added, exactly as added."""
         from google.adk.events.event import Event
 
-        try:
-            turns = await self._memory.export(self._conversation(app_name, user_id))
-        except MemsvcError as exc:
-            if exc.code is grpc.StatusCode.NOT_FOUND:
-                return []
-            raise
+        turns = await self._export(self._conversation(app_name, user_id))
         return [Event.model_validate_json(t.payload) for t in turns if t.payload]
 
     async def search_memory(
