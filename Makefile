@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-async bench-perf bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
+.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-async bench-perf bench-tracing bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ $(VENV)/.base: pyproject.toml
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.base
-	$(PIP) install -q --disable-pip-version-check -e ".[local,dev]"
+	$(PIP) install -q --disable-pip-version-check -e ".[local,dev,otel]"
 	touch $@
 
 run: $(VENV)/.base
@@ -185,6 +185,10 @@ bench-fleet: $(VENV)/.dev
 # bench-perf also runs the LangChain peer (benchmarks/peer_langchain.py) when .venv-peer exists.
 bench-perf: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/perf.py $(ARGS)
+
+# What traces cost: hybrid search with tracing off and on at 100 % sampling, one data dir.
+bench-tracing: $(VENV)/.dev
+	PYTHONPATH=. $(PY) benchmarks/tracing.py $(ARGS)
 
 # The local model against the same model behind Infinity (.venv-infinity, make infinity-venv).
 bench-embedders: $(VENV)/.dev $(INFINITY_VENV)/.done

@@ -285,6 +285,11 @@ class Settings(BaseSettings):
         description="serve the web console at /console on the HTTP port: static pages that"
         " call the same API with the user's token (roles and tenants apply); false = off",
     )
+    trace_conversations: Literal["id", "tenant", "none"] = Field(
+        "id",
+        description="with tracing on (OTEL_* variables): a span's conversation attribute is"
+        " the id, only its tenant prefix (up to the first /), or none",
+    )
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="auto = JSON lines off a terminal, console on one"
     )

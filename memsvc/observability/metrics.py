@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -27,11 +28,12 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector
 
 from memsvc.domain.errors import EmbedderError, StoreUnavailable
 from memsvc.domain.records import QueueGauges, ServerDescription
-from memsvc.observability import startup
+from memsvc.observability import startup, tracing
 
 # One series per counter and histogram: no `_created` twins (they double the series).
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -106,9 +108,10 @@ _STAGE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
 STAGE_DURATION = Histogram(
     "memsvc_stage_duration_seconds",
     "Time of one stage of a search, or of a write of chunks (Upsert, an index step),"
-    " by operation and stage. search: embed | keyword | dense | fuse | read | verify;"
-    " write: check | read | tokens | embed | store | bookkeep | settle. A hybrid search's"
-    " keyword stage runs during its embed and dense stages.",
+    " by operation and stage. search: embed | keyword | dense | fuse | read | verify |"
+    " standing; write: check | read | tokens | embed | store | bookkeep | settle. A hybrid"
+    " search's keyword stage runs during its embed and dense stages. With tracing on, each"
+    " stage is also a span, `operation stage`.",
     ["operation", "stage"],
     buckets=_STAGE_BUCKETS,
     registry=REGISTRY,
@@ -117,8 +120,22 @@ STAGE_DURATION = Histogram(
 
 def stage(operation: str, name: str) -> Any:
     """A context manager timing one stage into memsvc_stage_duration_seconds: the
-    breakdown `make bench-perf` prints, and an operator's view of a slow search."""
-    return STAGE_DURATION.labels(operation, name).time()
+    breakdown `make bench-perf` prints, and an operator's view of a slow search. With
+    tracing on, also a span (`search embed`) whose trace id is the sample's exemplar."""
+    histogram = STAGE_DURATION.labels(operation, name)
+    if not tracing.on():
+        return histogram.time()
+    return _traced(histogram, f"{operation} {name}")
+
+
+@contextmanager
+def _traced(histogram: Histogram, name: str) -> Iterator[None]:
+    with tracing.span(name) as current:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            histogram.observe(time.perf_counter() - start, exemplar=tracing.exemplar(current))
 
 
 EMBEDDED_TEXTS = Counter(
@@ -297,7 +314,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
-            self._reply(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+            # With tracing on, OpenMetrics when the scraper asks (Prometheus does): the
+            # format that carries exemplars, the trace ids of latency samples
+            if tracing.on() and "application/openmetrics-text" in self.headers.get("accept", ""):
+                text = openmetrics.generate_latest(REGISTRY)  # type: ignore[no-untyped-call]
+                self._reply(200, text, openmetrics.CONTENT_TYPE_LATEST)
+            else:
+                self._reply(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
         elif path == "/healthz":  # the process answers
             self._reply(200, b"ok\n")
         elif path == "/readyz":  # it should get traffic: model loaded, store and log up

@@ -38,6 +38,7 @@ from memsvc.domain.errors import (
 )
 from memsvc.domain.records import QueueItem
 from memsvc.domain.types import REASON_BUSY, STALE_REASONS, ChunkRecord, UpsertResult
+from memsvc.observability import tracing
 from memsvc.ports import ChunkStore, EventLog, IndexQueue, Notifier, WriterLocks
 from memsvc.services.health import Health
 from memsvc.services.projection import Projector
@@ -211,8 +212,12 @@ class IndexWorker:
     def process(self, items: Sequence[QueueItem]) -> None:
         """One step over leased conversations: plan each, embed and write all their
         chunks at once, then complete (or fail) each."""
-        with self._renewing(items):
+        with (
+            self._renewing(items),
+            tracing.span("index step", {"memsvc.conversations": len(items)}),
+        ):
             plans = [p for p in (self._plan(item) for item in items) if p is not None]
+            tracing.annotate(chunks=sum(len(p.chunks) for p in plans))
             self._complete(plans, self._write(plans))
         self.notifier.notify()
 

@@ -21,6 +21,7 @@ queries no rule governs (benchmarks/archive/2026-11-25.md, Retrieval v3).
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -199,8 +200,11 @@ class SearchService:
         keyword: list[Candidate] = []
         vector: np.ndarray | None = None
         if mode is SearchMode.HYBRID:
-            # BM25 needs no vector: run it while the query is being embedded.
-            keyword_future = self._pool.submit(self._keyword, req.query_text, scope, pool)
+            # BM25 needs no vector: run it while the query is being embedded (in this call's
+            # context: its stage is a span of this call's trace when tracing is on).
+            keyword_future = self._pool.submit(
+                contextvars.copy_context().run, self._keyword, req.query_text, scope, pool
+            )
             dense, rules, vector = self._dense(req.query_text, scope, pool, standing=standing)
             keyword = keyword_future.result()
             fuse = score_fuse if self.tuning.fusion is Fusion.SCORE else rrf_fuse

@@ -21,7 +21,7 @@ from memsvc.app import Services, build_services
 from memsvc.config import Settings
 from memsvc.domain.errors import FailedPrecondition
 from memsvc.domain.limits import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
-from memsvc.observability import metrics, startup
+from memsvc.observability import metrics, startup, tracing
 from memsvc.storage import datadir
 from memsvc.storage.postgres.database import DatabaseUnreachable
 from memsvc.storage.sqlite.schema import SchemaTooNew
@@ -35,17 +35,16 @@ from memsvc.transports.grpc.auth import (
     authenticate,
     is_loopback,
 )
+from memsvc.transports.grpc.calls import SERVICE_NAME
 from memsvc.transports.grpc.decoding import DecodeGuard
 from memsvc.transports.grpc.servicer import MemoryServicer
 from memsvc.transports.http.connect import Gate, Refusal
 from memsvc.transports.http.hosts import HostPolicy
 from memsvc.transports.http.server import HttpServer, HttpTls, bind
-from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 
 log = structlog.get_logger(__name__)
 
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["MemoryService"].full_name
 # Health of writes alone: NOT_SERVING while the disk is full or the log or store is down
 # (reads still SERVING), SERVING while only the embedder is (appends need no model).
 WRITES_HEALTH = f"{SERVICE_NAME}.Writes"
@@ -277,6 +276,7 @@ def serve(settings: Settings) -> None:
     (ports, the data dir lock, the tokens file), each failure a one-line error; then load
     model and store and serve until SIGINT/SIGTERM."""
     check_exposure(settings)
+    tracing.configure(settings.trace_conversations)
     open_files = raise_open_file_limit()
     # Everything the service writes (event log, cache, Milvus Lite files) is private.
     os.umask(0o077)
@@ -402,4 +402,5 @@ def serve(settings: Settings) -> None:
     running.stop(settings.shutdown_grace_s)
     services.close()
     datadir.unlock(settings.data_dir)
+    tracing.shutdown()
     log.info("stopped")

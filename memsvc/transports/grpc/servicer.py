@@ -1,26 +1,22 @@
-"""MemoryService handlers: convert the request, call the core, convert the answer; one
-log line and one metric sample per call, domain errors mapped to status codes."""
+"""MemoryService handlers: convert the request, call the core, convert the answer. What
+every call goes through around its handler (span, log line, metric, status codes) is
+memsvc.transports.grpc.calls."""
 
 from __future__ import annotations
 
-import functools
-import threading
-import time
-from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Any, TypeVar
 
 import grpc
 import structlog
 
 from memsvc.app import Services
-from memsvc.domain import deadline
 from memsvc.domain.errors import Busy, InvalidArgument, Starting
 from memsvc.domain.types import SearchMode, SearchRequest, TurnRange
-from memsvc.observability import metrics, startup
+from memsvc.observability import startup, tracing
 from memsvc.observability.figures import figures
 from memsvc.transports.grpc.admission import Gate
 from memsvc.transports.grpc.auth import current_access
+from memsvc.transports.grpc.calls import InFlight, rpc
 from memsvc.transports.grpc.convert import (
     MODES,
     MODES_PB,
@@ -37,89 +33,10 @@ from memsvc.transports.grpc.convert import (
     server_info_to_pb,
     truncations_to_pb,
 )
-from memsvc.transports.grpc.status import code_of, status_of
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 
 log = structlog.get_logger(__name__)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def transport_of(context: grpc.ServicerContext) -> str:
-    """`http` for a call the HTTP bridge forwarded (a label only: it grants nothing)."""
-    for key, value in context.invocation_metadata() or ():
-        if key == "x-memsvc-transport" and value == "http":
-            return "http"
-    return "grpc"
-
-
-def rpc(summary: Callable[[Any], dict[str, Any]]) -> Callable[[F], F]:
-    """Maps domain errors to status codes and logs method, code, duration and counts
-    (never conversation text)."""
-
-    def decorate(fn: F) -> F:
-        @functools.wraps(fn)
-        def wrapper(self: MemoryServicer, request: Any, context: grpc.ServicerContext) -> Any:
-            start = time.perf_counter()
-            code = grpc.StatusCode.OK
-            counts: dict[str, Any] = {}
-            self.in_flight.enter()
-            metrics.RPC_IN_FLIGHT.inc()
-            call_deadline = deadline.set_remaining(context.time_remaining())
-            try:
-                response = fn(self, request, context)
-                counts = summary(response)
-                return response
-            except Exception as exc:
-                code, message = code_of(exc)
-                if code is grpc.StatusCode.INTERNAL:
-                    log.exception("rpc_internal_error", method=fn.__name__)
-                if self._services is not None:
-                    self._services.health.observe(exc)
-                context.abort_with_status(status_of(code, message, exc))
-            finally:
-                deadline.reset(call_deadline)
-                self.in_flight.leave()
-                metrics.RPC_IN_FLIGHT.dec()
-                elapsed = time.perf_counter() - start
-                metrics.RPC_DURATION.labels(fn.__name__, code.name, transport_of(context)).observe(
-                    elapsed
-                )
-                log.info(
-                    "rpc",
-                    method=fn.__name__,
-                    code=code.name,
-                    duration_ms=round(elapsed * 1000, 2),
-                    **counts,
-                )
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
-
-
-class InFlight:
-    """Counts RPC handlers running, so shutdown closes the store only after the last one
-    (gRPC's stop(grace) cancels calls at the deadline but cannot stop their threads)."""
-
-    def __init__(self) -> None:
-        self._count = 0
-        self._idle = threading.Condition()
-
-    def enter(self) -> None:
-        with self._idle:
-            self._count += 1
-
-    def leave(self) -> None:
-        with self._idle:
-            self._count -= 1
-            if self._count == 0:
-                self._idle.notify_all()
-
-    def wait_idle(self, timeout_s: float) -> bool:
-        with self._idle:
-            return self._idle.wait_for(lambda: self._count == 0, timeout_s)
 
 
 class MemoryServicer(pb_grpc.MemoryServiceServicer):
@@ -260,6 +177,14 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         if request.order not in ORDERS:
             raise InvalidArgument("order", f"unknown search order {request.order}")
         mode = MODES.get(request.mode) or self.core.search.tuning.default_mode
+        scope = request.filters.conversation_ids
+        tracing.annotate(
+            mode=mode.value,
+            conversations=len(scope),
+            conversation=tracing.conversation(scope[0]) if len(scope) == 1 else None,
+            turn_budget=request.turn_budget or None,
+            model=self.core.embedder.name if mode is not SearchMode.KEYWORD else None,
+        )
         gate = self.embedding.enter() if mode is not SearchMode.KEYWORD else nullcontext()
         with gate:
             return self._search(request)
@@ -346,6 +271,13 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.AppendEventsRequest, context: grpc.ServicerContext
     ) -> pb.AppendEventsResponse:
         core = self.core
+        conversations = {e.conversation_id for e in request.events}
+        tracing.annotate(
+            events=len(request.events),
+            conversation=tracing.conversation(next(iter(conversations)))
+            if len(conversations) == 1
+            else None,
+        )
         with self.writes.enter():
             result = core.ingest.append(
                 [event_from_pb(e) for e in request.events],

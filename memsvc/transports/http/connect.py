@@ -39,6 +39,7 @@ from memsvc.v1 import memory_pb2 as pb
 
 SERVICE = "memsvc.v1.MemoryService"
 TRANSPORT_KEY = "x-memsvc-transport"
+TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
 DEFAULT_TIMEOUT_S = 600.0
 
 # Connect's codes and their HTTP statuses (connectrpc.com/docs/protocol#error-codes).
@@ -183,6 +184,7 @@ CORS_ALLOW_HEADERS = [
     "connect-protocol-version",
     "connect-timeout-ms",
     "x-user-agent",
+    *TRACE_HEADERS,
 ]
 CORS_EXPOSE_HEADERS = ["retry-after", "content-length"]
 CORS_MAX_AGE_S = 7200
@@ -251,6 +253,8 @@ def connect_app(
             return _invalid(field, why)
         # every value: two are refused as ambiguous, as over gRPC
         metadata = [(TRANSPORT_KEY, "http")] + [("authorization", v) for v in authorization]
+        # the caller's trace continues through the bridge (W3C Trace Context, and baggage)
+        metadata += [(k, v) for k in TRACE_HEADERS for v in request.headers.getlist(k)[:1]]
         try:
             reply = await anyio.to_thread.run_sync(
                 lambda: method.call(message, metadata=metadata, timeout=timeout)

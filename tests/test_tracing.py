@@ -1,0 +1,155 @@
+"""Traces in one process, with the SDK's in-memory exporter: which OTEL_* settings turn
+them on, the status a failed call reports, the tenant-only conversation attribute, and the
+trace id a latency sample carries as its exemplar. (Every surface, across processes and
+over OTLP: tests/integration/test_traces.py.)"""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from memsvc.app import Services
+from memsvc.observability import metrics, tracing
+from memsvc.transports.grpc.server import start_server
+from memsvc.v1 import memory_pb2 as pb
+from memsvc.v1 import memory_pb2_grpc as pb_grpc
+
+CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.mark.parametrize(
+    ("environ", "on"),
+    [
+        ({}, False),  # off by default
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, True),
+        ({"OTEL_TRACES_EXPORTER": "console"}, True),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, False),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, False),
+    ],
+)
+def test_the_standard_variables_turn_traces_on(environ: dict[str, str], on: bool) -> None:
+    assert tracing.wanted(environ) is on
+
+
+def test_an_unknown_exporter_or_protocol_stops_the_start_naming_it() -> None:
+    with pytest.raises(SystemExit, match="OTEL_TRACES_EXPORTER='zipkin'"):
+        tracing.configure(environ={"OTEL_TRACES_EXPORTER": "zipkin"})
+    with pytest.raises(SystemExit, match="OTEL_EXPORTER_OTLP_PROTOCOL='http/json'"):
+        tracing.configure(
+            environ={"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}
+        )
+    assert not tracing.on()
+
+
+@pytest.fixture()
+def traced(services: Services) -> Iterator[tuple[pb_grpc.MemoryServiceStub, InMemorySpanExporter]]:
+    """An in-process server whose spans go to memory, conversations shown by tenant only."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.start(provider, conversations="tenant")
+    running = start_server("127.0.0.1:0")
+    running.mark_ready(services)
+    channel = grpc.insecure_channel(f"127.0.0.1:{running.port}")
+    try:
+        yield pb_grpc.MemoryServiceStub(channel), exporter  # type: ignore[no-untyped-call]
+    finally:
+        channel.close()
+        running.stop(0)
+        tracing.shutdown()
+        tracing.configure()  # back to this process's environment: off in the tests
+
+
+def server_spans(exporter: InMemorySpanExporter, method: str) -> list[ReadableSpan]:
+    name = f"memsvc.v1.MemoryService/{method}"
+    return [s for s in exporter.get_finished_spans() if s.name == name]
+
+
+def test_a_callers_error_is_not_the_servers_and_tenants_hide_the_rest_of_the_id(
+    traced: tuple[pb_grpc.MemoryServiceStub, InMemorySpanExporter],
+) -> None:
+    stub, exporter = traced
+    meta = [("traceparent", CALLER)]
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.EmbedDb(pb.EmbedDbRequest(query_text="q", mode=99), metadata=meta)
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    stub.EmbedDb(
+        pb.EmbedDbRequest(
+            query_text="where", filters=pb.SearchFilters(conversation_ids=["acme/alice/7"])
+        ),
+        metadata=meta,
+    )
+    bad, good = server_spans(exporter, "EmbedDb")
+    assert bad.attributes is not None and good.attributes is not None
+    assert bad.attributes["rpc.grpc.status_code"] == 3
+    assert bad.status.status_code is StatusCode.UNSET  # the caller's mistake
+    assert good.attributes["rpc.grpc.status_code"] == 0
+    assert good.attributes["memsvc.conversation"] == "acme/"
+    assert format(good.context.trace_id, "032x") == CALLER.split("-")[1]
+
+
+def test_a_failure_of_the_server_is_an_error_span(
+    traced: tuple[pb_grpc.MemoryServiceStub, InMemorySpanExporter],
+) -> None:
+    _, exporter = traced
+    starting = start_server("127.0.0.1:0")  # not ready: every call is UNAVAILABLE
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{starting.port}") as channel:
+            stub = pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
+            with pytest.raises(grpc.RpcError) as failed:
+                stub.GetIndexStatus(pb.GetIndexStatusRequest())
+    finally:
+        starting.stop(0)
+    assert failed.value.code() is grpc.StatusCode.UNAVAILABLE
+    (span,) = server_spans(exporter, "GetIndexStatus")
+    assert span.attributes is not None
+    assert span.attributes["rpc.grpc.status_code"] == 14
+    assert span.status.status_code is StatusCode.ERROR
+
+
+def test_a_latency_sample_carries_its_trace_id_as_an_exemplar(
+    traced: tuple[pb_grpc.MemoryServiceStub, InMemorySpanExporter],
+) -> None:
+    stub, exporter = traced
+    stub.EmbedDb(pb.EmbedDbRequest(query_text="where", top_k=1), metadata=[("traceparent", CALLER)])
+    port = metrics.serve_metrics("127.0.0.1:0")
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/metrics",
+        headers={"Accept": "application/openmetrics-text; version=1.0.0"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        text = reply.read().decode()
+    trace_id = CALLER.split("-")[1]
+    rpc = [line for line in text.splitlines() if line.startswith("memsvc_rpc_duration_seconds")]
+    stage = [line for line in text.splitlines() if line.startswith("memsvc_stage_duration")]
+    assert any(f'trace_id="{trace_id}"' in line for line in rpc)
+    assert any(f'trace_id="{trace_id}"' in line for line in stage)
+    assert {s.name for s in exporter.get_finished_spans()} >= {"search embed", "search dense"}
+
+
+def test_every_stage_in_the_code_is_named_where_operators_read_it() -> None:
+    """The stage spans are the stages of memsvc_stage_duration_seconds: every one the code
+    times is in the metric's help (the metrics reference, and the tracing page's pointer)."""
+    package = Path(metrics.__file__).parents[1]
+    timed = {
+        match
+        for source in package.rglob("*.py")
+        for match in re.findall(r'stage\("(\w+)", "(\w+)"\)', source.read_text())
+    }
+    help_text = metrics.STAGE_DURATION._documentation
+    named = {
+        (operation, name)
+        for operation, names in re.findall(r"(search|write): ([\w |]+)", help_text)
+        for name in re.findall(r"\w+", names)
+    }
+    assert timed and timed <= named, timed - named
