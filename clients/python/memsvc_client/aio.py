@@ -26,6 +26,7 @@ from memsvc_client.client import (
     last_turns,
     retry_safely,
     search_request,
+    trace_context,
     wait_request,
 )
 from memsvc_client.v1 import memory_pb2 as pb
@@ -81,7 +82,9 @@ class AsyncMemoryClient:
         """Any RPC by name, e.g. await call("Reindex", pb.ReindexRequest(all=True))."""
         try:
             return await getattr(self.stub, method)(
-                request, metadata=self.metadata, timeout=timeout_s or self.timeout_s
+                request,
+                metadata=self.metadata + trace_context(),
+                timeout=timeout_s or self.timeout_s,
             )
         except grpc.aio.AioRpcError as exc:
             raise MemsvcError(exc) from None

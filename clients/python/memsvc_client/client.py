@@ -17,6 +17,12 @@ from grpc_status import rpc_status
 from memsvc_client.v1 import memory_pb2 as pb
 from memsvc_client.v1 import memory_pb2_grpc as pb_grpc
 
+_propagate: Any
+try:  # the application's OpenTelemetry, if it has one: memsvc-client does not require it
+    from opentelemetry import propagate as _propagate
+except ImportError:
+    _propagate = None
+
 MODES = {
     "hybrid": pb.SEARCH_MODE_HYBRID,
     "dense": pb.SEARCH_MODE_DENSE,
@@ -66,6 +72,17 @@ def credentials(ca_file: str | None) -> grpc.ChannelCredentials | None:
 
 def bearer(token: str | None) -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {token}")] if token else []
+
+
+def trace_context() -> list[tuple[str, str]]:
+    """The caller's current OpenTelemetry context as W3C headers (`traceparent`,
+    `tracestate`), so memsvc's spans join the caller's trace; nothing when the application
+    does not use OpenTelemetry (or has no span open)."""
+    if _propagate is None:
+        return []
+    carrier: dict[str, str] = {}
+    _propagate.inject(carrier)
+    return list(carrier.items())
 
 
 def last_turns(events: Iterable[pb.MemoryEvent], turn_ids: Sequence[int] = ()) -> dict[str, int]:
@@ -207,7 +224,9 @@ class MemoryClient:
         """Any RPC by name, e.g. call("Reindex", pb.ReindexRequest(all=True))."""
         try:
             return getattr(self.stub, method)(
-                request, metadata=self.metadata, timeout=timeout_s or self.timeout_s
+                request,
+                metadata=self.metadata + trace_context(),
+                timeout=timeout_s or self.timeout_s,
             )
         except grpc.RpcError as exc:
             raise MemsvcError(exc) from None

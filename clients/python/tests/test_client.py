@@ -84,7 +84,7 @@ def check_writers_kept(
 class Server:
     """A real memsvc (the server's venv) with writer, reader and admin tokens."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None, stdout: Any = None) -> None:
         self.tmp = tempfile.TemporaryDirectory()
         tokens = Path(self.tmp.name) / "tokens"
         tokens.write_text(f"writer {WRITER}\nreader {READER}\nadmin {ADMIN}\n")
@@ -103,7 +103,9 @@ class Server:
                 "MEMSVC_EMBED_MODEL": "sentence-transformers/all-MiniLM-L6-v2",
                 "MEMSVC_METRICS_LISTEN": "",
                 "TQDM_DISABLE": "1",
+                **(env or {}),
             },
+            stdout=stdout,
         )
         deadline = time.monotonic() + 180
         with MemoryClient(self.target, token=READER, attempts=2) as probe:

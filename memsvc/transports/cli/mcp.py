@@ -9,6 +9,7 @@ import json
 import os
 from typing import Any
 
+from memsvc.observability import tracing
 from memsvc.transports.cli.connection import err
 
 
@@ -62,6 +63,9 @@ def run_mcp(args: argparse.Namespace) -> int:
 
         print(json.dumps(host_config(args.target, args.ca_file, args.token), indent=2))
         return 0
+    # with OTEL_* set, the MCP SDK's span of each tool call (continuing the client's
+    # `_meta` trace context) is the parent of the gateway's calls into memsvc
+    tracing.configure()
     gateway = MemoryGateway(Target(args.target, args.ca_file))
     try:
         if not args.listen:
@@ -91,3 +95,4 @@ def run_mcp(args: argparse.Namespace) -> int:
         return 0
     finally:
         gateway.close()
+        tracing.shutdown()

@@ -19,6 +19,7 @@ from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 from mcp.server.mcpserver.exceptions import ToolError
 
+from memsvc.observability import tracing
 from memsvc.transports.channel import client_channel
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
@@ -103,7 +104,7 @@ class MemoryGateway:
         renames: Mapping[str, str] = {},
         timeout_s: float | None = None,
     ) -> Response:
-        metadata = [("authorization", f"Bearer {token}")] if token else []
+        metadata = tracing.outgoing([("authorization", f"Bearer {token}")] if token else [])
         try:
             return method(self._stub)(
                 request, metadata=metadata, timeout=timeout_s or self.target.timeout_s
