@@ -81,10 +81,10 @@ def wait_serving(
 
 @contextmanager
 def running_server(
-    data_dir: Path, *extra: str, env: dict[str, str] | None = None
+    data_dir: Path, *extra: str, env: dict[str, str] | None = None, port: int = 0
 ) -> Iterator[tuple[pb_grpc.MemoryServiceStub, int]]:
-    """Yields a stub once the child is SERVING, and the child's pid."""
-    port = free_port()
+    """Yields a stub once the child is SERVING (on `port`, or a free one), and its pid."""
+    port = port or free_port()
     proc = start_child(data_dir, port, *extra, env=env)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
