@@ -17,11 +17,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from memsvc.app import Services
+from memsvc.app import Services, build_services
+from memsvc.embedding.model import Embedder
 from memsvc.observability import metrics, tracing
 from memsvc.transports.grpc.server import start_server
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
+from tests.conftest import EN_TURNS, conversation, make_settings
+from tests.support.fleet import MilvusServer
+from tests.support.postgres import PostgresCluster
+from tests.support.waiting import until_idle
 
 CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -135,6 +140,41 @@ def test_a_latency_sample_carries_its_trace_id_as_an_exemplar(
     assert any(f'trace_id="{trace_id}"' in line for line in rpc)
     assert any(f'trace_id="{trace_id}"' in line for line in stage)
     assert {s.name for s in exporter.get_finished_spans()} >= {"search embed", "search dense"}
+
+
+def test_an_index_step_on_another_replica_links_to_the_append_that_queued_it(
+    tmp_path: Path, embedder: Embedder, postgres: PostgresCluster
+) -> None:
+    """Replica A appends (no index worker of its own); replica B, sharing A's PostgreSQL
+    log and Milvus server, indexes: B's step is a span of its own trace, linked to A's."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.start(provider)
+    milvus = MilvusServer(tmp_path / "shared-milvus.db")
+    shared = {"database_url": postgres.create_database(), "milvus_uri": milvus.uri}
+    a = build_services(make_settings(tmp_path / "a", **shared, index_workers=0), embedder=embedder)
+    b = build_services(make_settings(tmp_path / "b", **shared), embedder=embedder)
+    try:
+        appends = []
+        for first in (0, 3):  # two appends before B's worker leases the conversation
+            with tracing.span("append on A") as appending:
+                a.ingest.append(conversation("linked", EN_TURNS)[first : first + 3])
+            appends.append(appending.get_span_context())
+        b.worker.notify()
+        until_idle(b, "linked")
+    finally:
+        a.close()
+        b.close()
+        milvus.stop()
+        tracing.shutdown()
+        tracing.configure()
+    steps = [s for s in exporter.get_finished_spans() if s.name == "index step" and s.links]
+    linked = {(k.context.trace_id, k.context.span_id) for s in steps for k in s.links}
+    assert {(c.trace_id, c.span_id) for c in appends} <= linked
+    for step in steps:
+        assert step.parent is None and step.context.trace_id not in {c.trace_id for c in appends}
+        assert step.attributes is not None and step.attributes["memsvc.chunks"] > 0
 
 
 def test_every_stage_in_the_code_is_named_where_operators_read_it() -> None:

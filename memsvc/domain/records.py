@@ -153,6 +153,9 @@ class QueueItem:
     leased_seq: int = 0
     needs_reconcile: bool = False
     last_timestamp: str = ""  # the last turn's, as appended ("" = none)
+    # W3C traceparents of the calls that queued this work since its last lease (newest
+    # first, a few): the index step's span links to them
+    trace_links: tuple[str, ...] = ()
 
     @property
     def reindex(self) -> bool:

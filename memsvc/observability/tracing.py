@@ -180,13 +180,53 @@ def finish(span: Any, code: str, counts: Mapping[str, Any]) -> None:
 
 
 @contextmanager
-def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Any]:
-    """An internal span under the current one (a stage, an index step); None when off."""
+def span(
+    name: str, attributes: Mapping[str, Any] | None = None, links: Iterable[str] = ()
+) -> Iterator[Any]:
+    """An internal span under the current one (a stage, an index step), linked to the
+    spans named by `links` (W3C traceparents); None when off."""
     if _tracer is None:
         yield None
         return
-    with _tracer.start_as_current_span(name, attributes=attributes) as current:
+    with _tracer.start_as_current_span(name, attributes=attributes, links=_links(links)) as current:
         yield current
+
+
+def traceparent() -> str:
+    """The current span as a W3C traceparent, "" when tracing is off or no span is open:
+    what durable work records of the call that queued it, so the step that does the work
+    (on any replica, later) can link back to it."""
+    if _tracer is None:
+        return ""
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return ""
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+def _links(traceparents: Iterable[str]) -> list[Any]:
+    from opentelemetry.trace import Link, SpanContext, TraceFlags
+
+    links, seen = [], set()
+    for value in traceparents:
+        parts = value.split("-")
+        if len(parts) != 4 or value in seen:
+            continue  # cut short where the log keeps only the newest few
+        seen.add(value)
+        try:
+            context = SpanContext(
+                trace_id=int(parts[1], 16),
+                span_id=int(parts[2], 16),
+                is_remote=True,
+                trace_flags=TraceFlags(int(parts[3], 16)),
+            )
+        except ValueError:
+            continue
+        if context.is_valid:
+            links.append(Link(context))
+    return links
 
 
 def annotate(**attributes: Any) -> None:

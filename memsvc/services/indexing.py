@@ -214,7 +214,11 @@ class IndexWorker:
         chunks at once, then complete (or fail) each."""
         with (
             self._renewing(items),
-            tracing.span("index step", {"memsvc.conversations": len(items)}),
+            tracing.span(
+                "index step",
+                {"memsvc.conversations": len(items)},
+                links=[link for item in items for link in item.trace_links],
+            ),
         ):
             plans = [p for p in (self._plan(item) for item in items) if p is not None]
             tracing.annotate(chunks=sum(len(p.chunks) for p in plans))

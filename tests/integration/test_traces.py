@@ -171,11 +171,12 @@ def test_one_trace_per_call_on_grpc_http_and_mcp_with_no_text(
     inner = one_server_span(spans, mcp_trace, "memsvc.v1.MemoryService/EmbedDb")
     assert inner.service == "memsvc" and inner in descendants(spans, tool)
 
-    # the index step: its own trace, the write path's stages under it
+    # the index step: its own trace, linked to the append, the write path's stages under it
     steps = [s for s in spans if s.name == "index step" and s.attributes["memsvc.chunks"]]
     assert steps, [s.attributes for s in spans if s.name == "index step"]
     step = steps[0]
     assert {"write embed", "write store"} <= {s.name for s in descendants(spans, step)}
+    assert (append.trace_id, append.span_id) in step.links  # the append that queued it
 
     # no text anywhere
     for span in spans:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from memsvc.storage.sql.connection import Sql
-from memsvc.storage.sqlite.schema import IDEMPOTENCY, LAYOUT_STANDING, SchemaTooNew
+from memsvc.storage.sqlite.schema import IDEMPOTENCY, LAYOUT_STANDING, TRACE_LINKS, SchemaTooNew
 
 Migration = Callable[[Sql], None]
 
@@ -124,7 +124,13 @@ def _v4(sql: Sql) -> None:
         sql.run(statement)
 
 
-MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3, _v4)
+def _v5(sql: Sql) -> None:
+    """Queued work remembers the traces that queued it (spans of index steps link them)."""
+    for statement in TRACE_LINKS:
+        sql.run(statement)
+
+
+MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3, _v4, _v5)
 
 
 def migrate(sql: Sql, migrations: Sequence[Migration] = MIGRATIONS) -> tuple[int, int]:

@@ -12,6 +12,7 @@ owns.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from memsvc.domain.records import QueueGauges, QueueItem
 from memsvc.observability import metrics
@@ -95,20 +96,21 @@ class SqlIndexQueue:
                 return []
             clock, at = _now(sql, now)
             rows = sql.rows(
-                "SELECT q.conversation_id FROM conversations q WHERE"
+                "SELECT q.conversation_id, q.trace_links FROM conversations q WHERE"
                 f" (q.state = 'pending' AND q.next_attempt_at <= {clock})"
                 f" OR (q.state = 'indexing' AND q.lease_until < {clock})"
                 f" ORDER BY q.next_attempt_at, q.conversation_id LIMIT ?{sql.dialect.skip_locked}",
                 (*at, *at, limit),
             )
-            ids = [str(r[0]) for r in rows]
+            links = {str(r[0]): tuple(str(r[1]).split()) for r in rows}
             sql.many(
                 "UPDATE conversations SET state = 'indexing', lease_owner = ?,"
                 f" lease_token = lease_token + 1, lease_until = {clock} + ?,"
-                " leased_seq = work_seq WHERE conversation_id = ?",
-                ((owner, *at, lease_s, c) for c in ids),
+                " leased_seq = work_seq, trace_links = '' WHERE conversation_id = ?",
+                ((owner, *at, lease_s, c) for c in links),
             )
-            return self._items(sql, ids)
+            items = self._items(sql, list(links))
+            return [replace(i, trace_links=links[i.conversation_id]) for i in items]
 
     def renew(self, items: Sequence[QueueItem], lease_s: float, now: float | None = None) -> int:
         """Extend leases still held (a heartbeat during a long step); returns how many."""

@@ -10,7 +10,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from memsvc.domain.records import Conversation
+from memsvc.observability import tracing
 from memsvc.storage.sql.connection import Row, Sql, chunked, marks
+
+# conversations.trace_links keeps the newest few (a traceparent and a space: 56 characters)
+TRACE_LINKS_CHARS = 8 * 56
 
 CONV_COLS = (
     "conversation_id, active_version, building_version, work_seq, done_seq, reconcile_seq,"
@@ -116,9 +120,14 @@ class WorkQueries:
             f"   THEN next_attempt_at ELSE {due} END,"
             " state = CASE WHEN state = 'indexing' THEN 'indexing' ELSE 'pending' END,"
             " attempts = 0, dirty = dirty + ?,"
-            f" pending_since = CASE WHEN pending_since = 0 THEN {now} ELSE pending_since END"
+            f" pending_since = CASE WHEN pending_since = 0 THEN {now} ELSE pending_since END,"
+            f" trace_links = substr(? || trace_links, 1, {TRACE_LINKS_CHARS})"
             " WHERE conversation_id = ? RETURNING work_seq",
-            (int(reconcile), delay_s, delay_s, delay_s, delay_s, turns, conversation_id),
+            (
+                *(int(reconcile), delay_s, delay_s, delay_s, delay_s, turns),
+                f"{traced} " if (traced := tracing.traceparent()) else "",
+                conversation_id,
+            ),
         )
         assert row is not None, conversation_id
         return int(row[0])

@@ -230,7 +230,25 @@ def _log_v5(sql: Sql) -> None:
         sql.run(statement)
 
 
-LOG_MIGRATIONS: tuple[Migration, ...] = (_log_v1, _log_v2, _log_v3, _log_v4, _log_v5)
+# The traceparents of the calls that queued a conversation's work since its last lease,
+# newest first, space-separated, cut at TRACE_LINKS_CHARS (a few): the index step links them.
+TRACE_LINKS = ("ALTER TABLE conversations ADD COLUMN trace_links TEXT NOT NULL DEFAULT ''",)
+
+
+def _log_v6(sql: Sql) -> None:
+    """Queued work remembers the traces that queued it (spans of index steps link them)."""
+    for statement in TRACE_LINKS:
+        sql.run(statement)
+
+
+LOG_MIGRATIONS: tuple[Migration, ...] = (
+    _log_v1,
+    _log_v2,
+    _log_v3,
+    _log_v4,
+    _log_v5,
+    _log_v6,
+)
 
 
 def _cache_v1(sql: Sql) -> None:
