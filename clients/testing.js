@@ -3,7 +3,7 @@
 // model and a throwaway data dir.
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, openSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -24,9 +24,12 @@ function freePort() {
 
 /**
  * Start memsvc; `ready(target, http)` must resolve once it answers (retried until it does).
+ * `env`: variables for the server beside the test's; `stdout`: a file its output goes to.
+ * @param {(target: string, http: string) => Promise<void>} ready
+ * @param {{env?: Record<string, string>, stdout?: string}} [options]
  * @returns {Promise<{target: string, http: string, stop: () => Promise<void>}>}
  */
-export async function startMemsvc(ready) {
+export async function startMemsvc(ready, { env = {}, stdout = undefined } = {}) {
   const port = await freePort();
   const httpPort = await freePort();
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "memsvc-client-"));
@@ -43,8 +46,9 @@ export async function startMemsvc(ready) {
         MEMSVC_EMBED_MODEL: "sentence-transformers/all-MiniLM-L6-v2",
         MEMSVC_METRICS_LISTEN: "",
         TQDM_DISABLE: "1",
+        ...env,
       },
-      stdio: ["ignore", "inherit", "inherit"],
+      stdio: ["ignore", stdout === undefined ? "inherit" : openSync(stdout, "w"), "inherit"],
     },
   );
   const target = `127.0.0.1:${port}`;
