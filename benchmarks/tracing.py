@@ -1,14 +1,15 @@
 """What traces cost: scoped hybrid search latency with tracing off, and on at 100 % sampling.
 
     python benchmarks/tracing.py [--conversations 2] [--queries 200] [--rounds 3]
-        [--code DIR]
+        [--baseline DIR]
 
 LoCoMo conversations are ingested once (the bundled model); then `memsvc serve` restarts on
 that data dir, alternating off / on for `--rounds` rounds (the machine's drift falls on both
 alike). Each start asks the same LoCoMo questions, scoped to their conversation, at one
 client, after a warm-up. "On" exports every span over OTLP/HTTP to a receiver in this
-process (decoding each request, as a collector would). `--code DIR` serves from another
-checkout (e.g. the commit before tracing) for the off figure's comparison.
+process (decoding each request, as a collector would). `--baseline DIR` adds a third
+start per round, served from another checkout (e.g. the commit before tracing): what "off"
+costs against code without tracing at all.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -81,26 +83,29 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=2)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--code", type=Path, default=ROOT, help="the checkout that serves")
+    parser.add_argument("--baseline", type=Path, help="a checkout without tracing, compared")
     args = parser.parse_args()
 
     conversations = load_locomo(args.eval)[: args.conversations]
     data = scratch_dir("memsvc-bench-tracing-") / "data"
-    proc, channel = serve(data, args.code, {})
-    stub = pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
-    for conv in conversations:
-        events = [to_pb(e) for e in conv.events]
-        for i in range(0, len(events), 200):
-            stub.AppendEvents(pb.AppendEventsRequest(events=events[i : i + 200]))
-        stub.WaitForIndexed(
-            pb.WaitForIndexedRequest(
+    # the baseline ingests (an older memsvc cannot open a log this one has migrated), and
+    # keeps a copy of its own
+    proc, channel = serve(data, args.baseline or ROOT, {})
+    try:
+        stub = pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
+        for conv in conversations:
+            events = [to_pb(e) for e in conv.events]
+            for i in range(0, len(events), 200):
+                stub.AppendEvents(pb.AppendEventsRequest(events=events[i : i + 200]))
+            wait = pb.WaitForIndexedRequest(
                 conversation_id=conv.conversation_id,
                 turn_id=events[-1].turn_id,
-                timeout_ms=3_600_000,
-            ),
-            timeout=3600,
-        )
-    stop(proc, channel)
+                timeout_ms=300_000,
+            )
+            while not stub.WaitForIndexed(wait, timeout=330).indexed:
+                pass
+    finally:
+        stop(proc, channel)
 
     asks = [
         pb.EmbedDbRequest(
@@ -119,32 +124,40 @@ def main() -> None:
         "OTEL_TRACES_SAMPLER": "always_on",
         "OTEL_SERVICE_NAME": "memsvc-bench",
     }
-    p50: dict[str, list[float]] = {"off": [], "on": []}
-    p99: dict[str, list[float]] = {"off": [], "on": []}
+    configs = [("off", data, ROOT, {}), ("on", data, ROOT, tracing_on)]
+    if args.baseline:
+        shutil.copytree(data, data.with_name("baseline"))
+        configs.append(("baseline", data.with_name("baseline"), args.baseline, {}))
+    p50: dict[str, list[float]] = {label: [] for label, *_ in configs}
+    p99: dict[str, list[float]] = {label: [] for label, *_ in configs}
     for _ in range(args.rounds):
-        for label, env in (("off", {}), ("on", tracing_on)):
-            proc, channel = serve(data, args.code, env)
-            stub = pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
-            times = timed_searches(stub, asks)
-            stop(proc, channel)
+        for label, data_dir, code, env in configs:
+            proc, channel = serve(data_dir, code, env)
+            try:
+                stub = pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
+                times = timed_searches(stub, asks)
+            finally:
+                stop(proc, channel)
             p50[label].append(percentile(times, 50))
             p99[label].append(percentile(times, 99))
     spans = len(receiver.spans)
     receiver.close()
 
-    off50, on50 = statistics.median(p50["off"]), statistics.median(p50["on"])
-    result = {
+    median50 = {k: statistics.median(v) for k, v in p50.items()}
+    result: dict[str, object] = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": machine(),
-        "code": str(args.code),
+        "baseline": str(args.baseline or ""),
         "queries": len(asks) - WARMUP,
         "rounds": args.rounds,
-        "hybrid_p50_ms": {"off": round(off50, 2), "on": round(on50, 2)},
+        "hybrid_p50_ms": {k: round(v, 2) for k, v in median50.items()},
         "hybrid_p99_ms": {k: round(statistics.median(v), 2) for k, v in p99.items()},
         "p50_per_round_ms": {k: [round(x, 2) for x in v] for k, v in p50.items()},
-        "on_over_off_p50": round(on50 / off50, 3),
+        "on_over_off_p50": round(median50["on"] / median50["off"], 3),
         "spans_exported": spans,
     }
+    if args.baseline:
+        result["off_over_baseline_p50"] = round(median50["off"] / median50["baseline"], 3)
     print(json.dumps(result, indent=2))
 
 
