@@ -64,7 +64,9 @@ test-browser: $(VENV)/.dev
 # first as for memsvc) serving the bundled model. What differs between providers runs
 # again through it: search, chunking (the server's token counts), the write path's
 # integrity and its state machine, on the SQLite log only (the log does not meet the
-# embedder); then tests/embedders (parity, faults, identity, the slim install).
+# embedder); then tests/embedders (parity, faults, identity, the slim install, the alert),
+# a file per worker: each worker starts its own Infinity, and the alert's minute-long
+# outage runs beside the rest.
 INFINITY_VENV := .venv-infinity
 $(INFINITY_VENV)/.done: tests/infinity-requirements.txt
 	test -x $(INFINITY_VENV)/bin/python || $(PYTHON) -m venv $(INFINITY_VENV)
@@ -78,7 +80,8 @@ REMOTE_SUITES := tests/test_search.py tests/test_integrity.py tests/test_integri
 test-embedders: $(VENV)/.dev $(INFINITY_VENV)/.done
 	$(PY) -m tests.support.embedding_server $(PY) -m pytest -q -n $(TEST_WORKERS) \
 		-p no:cacheprovider -k "not postgres" $(REMOTE_SUITES) $(PYTEST_ARGS)
-	$(PY) -m pytest -q -m embedders -p no:cacheprovider tests/embedders $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m embedders -p no:cacheprovider \
+		tests/embedders $(PYTEST_ARGS)
 
 # Long randomized run of the write-path state machine (MEMSVC_SOAK_EXAMPLES, default 1000).
 soak: $(VENV)/.dev
