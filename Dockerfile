@@ -27,7 +27,8 @@ RUN if [ "$EMBEDDER" = local ]; then \
 COPY pyproject.toml README.md ./
 COPY proto ./proto
 COPY memsvc ./memsvc
-RUN if [ "$EMBEDDER" = local ]; then pip install ".[local]"; else pip install .; fi \
+# [otel]: traces when the OTEL_* variables ask for them (off otherwise)
+RUN if [ "$EMBEDDER" = local ]; then pip install ".[local,otel]"; else pip install ".[otel]"; fi \
     && mkdir -p /data /opt/memsvc-model-cache && chown memsvc:memsvc /data
 
 # Download the model into the image; at run time it is read from HF_HOME with no network.

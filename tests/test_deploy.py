@@ -115,11 +115,12 @@ def test_the_image_exports_onnx_at_build_and_exposes_metrics(tmp_path: Path) -> 
 
 def test_the_image_has_a_slim_variant_without_torch() -> None:
     """--build-arg EMBEDDER=openai: the base install (no [local] extra, so no torch and no
-    model), the provider set to match; the default build keeps the local model."""
+    model; traces' [otel] in both), the provider set to match; the default build keeps the
+    local model."""
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^ARG EMBEDDER=local$", dockerfile, re.M)
     assert "MEMSVC_EMBED_PROVIDER=${EMBEDDER}" in dockerfile
-    assert 'then pip install ".[local]"; else pip install .; fi' in dockerfile
+    assert 'then pip install ".[local,otel]"; else pip install ".[otel]"; fi' in dockerfile
     # torch and the model download run only for the local build
     for step in ("pip install torch==2.13.0", "snapshot_download('BAAI/bge-small-zh-v1.5')"):
         run = dockerfile.rfind("RUN ", 0, dockerfile.index(step))
