@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-async bench-perf bench-tracing bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients
+.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-async bench-perf bench-tracing bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients test-clients-node test-clients-python test-clients-go
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -62,9 +62,10 @@ test-browser: $(VENV)/.dev
 
 # Embedding through a real OpenAI-compatible server: Infinity (in .venv-infinity, torch
 # first as for memsvc) serving the bundled model. What differs between providers runs
-# again through it: search, chunking (the server's token counts), the write path's
-# integrity and its state machine, on the SQLite log only (the log does not meet the
-# embedder); then tests/embedders (parity, faults, identity, the slim install, the alert),
+# again through it: search, chunking (the server's token counts) and the write path's
+# integrity, on the SQLite log only (the log does not meet the embedder; the state
+# machine's randomized steps are the log's and the store's, the same for every provider,
+# so it runs once, in make test); then tests/embedders (parity, faults, identity, the slim install, the alert),
 # a file per worker: each worker starts its own Infinity, and the alert's minute-long
 # outage runs beside the rest.
 INFINITY_VENV := .venv-infinity
@@ -75,8 +76,7 @@ $(INFINITY_VENV)/.done: tests/infinity-requirements.txt
 	touch $@
 infinity-venv: $(INFINITY_VENV)/.done
 
-REMOTE_SUITES := tests/test_search.py tests/test_integrity.py tests/test_integrity_stateful.py \
-	tests/test_chunking.py
+REMOTE_SUITES := tests/test_search.py tests/test_integrity.py tests/test_chunking.py
 test-embedders: $(VENV)/.dev $(INFINITY_VENV)/.done
 	$(PY) -m tests.support.embedding_server $(PY) -m pytest -q -n $(TEST_WORKERS) \
 		-p no:cacheprovider -k "not postgres" $(REMOTE_SUITES) $(PYTEST_ARGS)
@@ -92,7 +92,7 @@ EVAL_FILE ?= ../shared/eval/locomo-dev.json
 eval: $(VENV)/.dev
 	@test -f "$(EVAL_FILE)" || { echo "make eval: $(EVAL_FILE) not found." \
 		"Point EVAL_FILE at LoCoMo's locomo-dev.json: make eval EVAL_FILE=/path/to/file" >&2; exit 2; }
-	EVAL_FILE="$(abspath $(EVAL_FILE))" $(PY) -m pytest -q -s evals $(PYTEST_ARGS)
+	EVAL_FILE="$(abspath $(EVAL_FILE))" $(PY) -m pytest -q -n $(TEST_WORKERS) evals $(PYTEST_ARGS)
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check memsvc tests evals benchmarks tools examples clients/python
@@ -147,8 +147,12 @@ $(CREWAI_VENV)/.installed: clients/python/pyproject.toml
 	$(CREWAI_VENV)/bin/python -m pip install -q --disable-pip-version-check ./clients/python crewai==1.15.30
 	touch $@
 
-test-clients: $(VENV)/.dev clients/node_modules/.installed $(CLIENT_VENV)/.installed $(CREWAI_VENV)/.installed
+# Three independent parts (each starts servers of its own): `make -j3 --output-sync=target
+# test-clients` runs them side by side, as .ci/run does.
+test-clients: test-clients-node test-clients-python test-clients-go
+test-clients-node: $(VENV)/.dev clients/node_modules/.installed
 	cd clients && npm test
+test-clients-python: $(VENV)/.dev $(CLIENT_VENV)/.installed $(CREWAI_VENV)/.installed
 	$(PY) clients/python/stubs.py
 	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps \
 		--force-reinstall ./clients/python
@@ -158,7 +162,8 @@ test-clients: $(VENV)/.dev clients/node_modules/.installed $(CLIENT_VENV)/.insta
 		--force-reinstall ./clients/python
 	cd clients/python && MEMSVC_PYTHON=$(abspath $(PY)) .venv-crewai/bin/python -m unittest \
 		discover -s tests_crewai -t . -v
-	# Go: when a toolchain is present (.ci/run installs Debian's; README lists the packages)
+# Go: when a toolchain is present (.ci/run installs Debian's; README lists the packages)
+test-clients-go: $(VENV)/.dev
 	if command -v go >/dev/null; then bash clients/go/run.sh; \
 	else echo "test-clients: no Go toolchain, the Go client was not built"; fi
 
