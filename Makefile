@@ -38,7 +38,10 @@ test: $(VENV)/.dev
 CHECK_TESTS := tests/test_config.py tests/test_text.py tests/test_prefix.py tests/test_terms.py \
 	tests/test_deadline.py tests/test_docs.py tests/test_model_identity.py \
 	tests/integration/test_dns_rebinding.py::test_host_policy \
-	tests/integration/test_dns_rebinding.py::test_origin_policy
+	tests/integration/test_dns_rebinding.py::test_origin_policy \
+	tests/test_tracing.py::test_the_standard_variables_turn_traces_on \
+	tests/test_tracing.py::test_an_unknown_exporter_or_protocol_stops_the_start_naming_it \
+	tests/test_tracing.py::test_every_stage_in_the_code_is_named_where_operators_read_it
 check: lint
 	$(PY) -m pytest -q -p no:cacheprovider $(CHECK_TESTS) $(PYTEST_ARGS)
 
