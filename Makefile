@@ -96,7 +96,7 @@ EVAL_FILE ?= ../shared/eval/locomo-dev.json
 eval: $(VENV)/.dev
 	@test -f "$(EVAL_FILE)" || { echo "make eval: $(EVAL_FILE) not found." \
 		"Point EVAL_FILE at LoCoMo's locomo-dev.json: make eval EVAL_FILE=/path/to/file" >&2; exit 2; }
-	EVAL_FILE="$(abspath $(EVAL_FILE))" $(PY) -m pytest -q -n $(TEST_WORKERS) evals $(PYTEST_ARGS)
+	EVAL_FILE="$(abspath $(EVAL_FILE))" $(PY) -m pytest -q -s evals $(PYTEST_ARGS)
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check memsvc tests evals benchmarks tools examples clients/python

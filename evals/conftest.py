@@ -1,15 +1,12 @@
 """The LoCoMo evaluation: `make eval` (EVAL_FILE=path, default ../shared/eval/locomo-dev.json).
 
-The data (CC BY-NC 4.0) is read from outside the repository and never copied into it. The
-figures a check measures (`record_property`) are printed at the end, from whichever worker
-ran it.
+The data (CC BY-NC 4.0) is read from outside the repository and never copied into it.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,10 +26,3 @@ def locomo() -> list[Conversation]:
             pytrace=False,
         )
     return load_locomo(path)
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    for outcome in ("passed", "failed"):
-        for report in terminalreporter.stats.get(outcome, []):
-            for name, value in getattr(report, "user_properties", ()):
-                terminalreporter.write_line(f"{name}: {value}")
