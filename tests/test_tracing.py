@@ -146,7 +146,9 @@ def test_an_index_step_on_another_replica_links_to_the_append_that_queued_it(
     tmp_path: Path, embedder: Embedder, postgres: PostgresCluster
 ) -> None:
     """Replica A appends (no index worker of its own); replica B, sharing A's PostgreSQL
-    log and Milvus server, indexes: B's step is a span of its own trace, linked to A's."""
+    log and Milvus server, indexes: B's step is a span of its own trace, linked to A's
+    appends, the second one too whether B leased it or found it done by the step that had
+    leased the first (regression: that step did its work without linking it)."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -172,9 +174,39 @@ def test_an_index_step_on_another_replica_links_to_the_append_that_queued_it(
     steps = [s for s in exporter.get_finished_spans() if s.name == "index step" and s.links]
     linked = {(k.context.trace_id, k.context.span_id) for s in steps for k in s.links}
     assert {(c.trace_id, c.span_id) for c in appends} <= linked
-    for step in steps:
+    for step in steps:  # a trace of its own, linked: never a child of the append
         assert step.parent is None and step.context.trace_id not in {c.trace_id for c in appends}
-        assert step.attributes is not None and step.attributes["memsvc.chunks"] > 0
+    assert any(s.attributes and s.attributes["memsvc.chunks"] for s in steps)
+
+
+def test_a_step_that_finds_later_work_done_links_that_call_too(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Regression: a step leases a conversation, a second append lands, and the step's plan
+    (read from the log as it is then) does both: its span links both appends."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.start(provider)
+    svc = build_services(make_settings(tmp_path, index_workers=0), embedder=embedder)
+    try:
+        with tracing.span("first append") as first:
+            svc.ingest.append(conversation("later", EN_TURNS)[:3])
+        leased = svc.queue.lease(None, 60.0, 10, "this test")
+        with tracing.span("second append") as second:
+            svc.ingest.append(conversation("later", EN_TURNS)[3:])
+        svc.worker.process(leased)
+        assert svc.queue.status(["later"])[0].state == "idle"
+    finally:
+        svc.close()
+        tracing.shutdown()
+        tracing.configure()
+    (step,) = [s for s in exporter.get_finished_spans() if s.name == "index step"]
+    linked = {(k.context.trace_id, k.context.span_id) for k in step.links}
+    expected = {
+        (s.get_span_context().trace_id, s.get_span_context().span_id) for s in (first, second)
+    }
+    assert linked == expected
 
 
 def test_every_stage_in_the_code_is_named_where_operators_read_it() -> None:

@@ -192,6 +192,18 @@ def span(
         yield current
 
 
+def link(traceparents: Iterable[str]) -> None:
+    """Links from the current span to the spans `traceparents` name (work found done by
+    the step under way, beyond what it leased)."""
+    if _tracer is None:
+        return
+    from opentelemetry import trace
+
+    current = trace.get_current_span()
+    for found in _links(traceparents):
+        current.add_link(found.context)
+
+
 def traceparent() -> str:
     """The current span as a W3C traceparent, "" when tracing is off or no span is open:
     what durable work records of the call that queued it, so the step that does the work

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from memsvc.domain.records import QueueGauges, QueueItem
-from memsvc.observability import metrics
+from memsvc.observability import metrics, tracing
 from memsvc.storage.sql.connection import Database, Row, Sql, chunked, marks
 from memsvc.storage.sql.eventlog import SqlLog
 from memsvc.storage.sql.work import prefix_match
@@ -144,19 +144,24 @@ class SqlIndexQueue:
             if not changed:
                 return None
             row = sql.one(
-                f"SELECT state, pending_since, {clock} FROM conversations"
+                f"SELECT state, pending_since, {clock}, trace_links FROM conversations"
                 " WHERE conversation_id = ?",
                 (*at, item.conversation_id),
             )
+            # Idle: this step also did the work queued after its lease (it planned from
+            # the log as it found it), so it links those calls too.
             sql.run(
                 "UPDATE conversations SET attempts = 0, last_error = '',"
-                " pending_since = CASE WHEN state = 'idle' THEN 0 ELSE pending_since END"
+                " pending_since = CASE WHEN state = 'idle' THEN 0 ELSE pending_since END,"
+                " trace_links = CASE WHEN state = 'idle' THEN '' ELSE trace_links END"
                 " WHERE conversation_id = ?",
                 (item.conversation_id,),
             )
         if row is None:
             return None
         state, since, clock_now = str(row[0]), float(row[1] or 0), float(row[2])
+        if state == "idle":
+            tracing.link(str(row[3]).split())
         if state == "idle" and since > 0:
             # A step that settles its conversation inside the lease goes indexing -> idle
             # here, not in settle: its oldest turn's wait until searchable is observed here.

@@ -207,7 +207,9 @@ class WorkQueries:
             " last_indexed_turn = ?, dirty = ?, state = ?,"
             " attempts = CASE WHEN ? = 'idle' THEN 0 ELSE attempts END,"
             " last_error = CASE WHEN ? = 'idle' THEN '' ELSE last_error END,"
-            " pending_since = CASE WHEN ? = 'idle' THEN 0 ELSE pending_since END"
+            " pending_since = CASE WHEN ? = 'idle' THEN 0 ELSE pending_since END,"
+            # settled by the calls themselves (no step to link them): forgotten
+            " trace_links = CASE WHEN ? = 'idle' THEN '' ELSE trace_links END"
             " WHERE conversation_id = ?",
             (
                 done,
@@ -215,10 +217,7 @@ class WorkQueries:
                 progress_seq,
                 last_indexed_turn,
                 int(backlog[0]) if backlog else 0,
-                new_state,
-                new_state,
-                new_state,
-                new_state,
+                *(new_state,) * 5,
                 conversation_id,
             ),
         )
