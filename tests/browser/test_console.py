@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,10 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     root = tmp_path_factory.mktemp("console")
     (root / "tokens").write_text(TOKENS)
     shots = Path(os.environ.get("MEMSVC_CONSOLE_SCREENSHOTS") or root / "shots")
+    if os.environ.get("MEMSVC_CONSOLE_SCREENSHOTS"):
+        # the README's pictures show Chinese turns: without a CJK font they are boxes
+        cjk = subprocess.run(["fc-list", ":lang=zh"], capture_output=True, text=True).stdout
+        assert cjk.strip(), "no CJK font for the screenshots: apt-get install fonts-noto-cjk"
     shots.mkdir(parents=True, exist_ok=True)
     port, http_port = free_port(), free_port()
     proc = start_child(
