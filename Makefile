@@ -194,9 +194,11 @@ bench-resilience: $(VENV)/.dev
 bench-fleet: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/fleet.py $(ARGS)
 
-# bench-perf also runs the LangChain peer (benchmarks/peer_langchain.py) when .venv-peer exists.
+# bench-perf also runs the LangChain peer (benchmarks/peer_langchain.py) when .venv-peer exists,
+# and ends with bench-tracing: hybrid p50 with traces off, and their cost on.
 bench-perf: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/perf.py $(ARGS)
+	PYTHONPATH=. $(PY) benchmarks/tracing.py $(TRACING_ARGS)
 
 # What traces cost: hybrid search with tracing off and on at 100 % sampling, one data dir.
 bench-tracing: $(VENV)/.dev

@@ -20,7 +20,7 @@ from memsvc.domain.rendering import ChunkRenderer
 from memsvc.domain.types import SearchMode
 from memsvc.embedding.batching import QueryBatcher
 from memsvc.embedding.providers import load_embedder
-from memsvc.observability import metrics, startup
+from memsvc.observability import metrics, startup, tracing
 from memsvc.ports import Embedder, EmbeddingCache, EventLog, IndexQueue, Notifier, WriterLocks
 from memsvc.services import bootstrap
 from memsvc.services.audit import StoreAudit
@@ -339,7 +339,7 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
     if settings.database_url:
         fleet.start()
     worker.start()
-    return Services(
+    services = Services(
         settings,
         embedder,
         store,
@@ -361,3 +361,11 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         fleet,
         backend,
     )
+    served = services.describe()
+    tracing.describe(
+        "postgresql" if served.log_backend == "postgres" else "sqlite",
+        store.collection,
+        served.model,
+        served.embed_backend,
+    )
+    return services

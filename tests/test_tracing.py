@@ -142,6 +142,57 @@ def test_a_latency_sample_carries_its_trace_id_as_an_exemplar(
     assert {s.name for s in exporter.get_finished_spans()} >= {"search embed", "search dense"}
 
 
+def test_stage_spans_name_the_database_or_the_model_they_wait_on(
+    traced: tuple[pb_grpc.MemoryServiceStub, InMemorySpanExporter], services: Services
+) -> None:
+    """OpenTelemetry's database conventions on the stages that wait on the log or the
+    store; the model and its runtime on those that wait on the model."""
+    stub, exporter = traced
+    stub.EmbedDb(pb.EmbedDbRequest(query_text="where", top_k=3))
+    spans = {s.name: dict(s.attributes or {}) for s in exporter.get_finished_spans()}
+    assert spans["search dense"] == {
+        "db.system.name": "milvus",
+        "db.collection.name": services.store.collection,
+        "db.operation.name": "search",
+    }
+    assert spans["search keyword"]["db.operation.name"] == "search"
+    logged = [a for name, a in spans.items() if tracing.STAGE_TARGETS.get(name, ("",))[0] == "log"]
+    assert logged and all(a == {"db.system.name": "sqlite"} for a in logged)
+    assert spans["search embed"] == {
+        "memsvc.model": services.embedder.name,
+        "memsvc.runtime": services.describe().embed_backend,
+    }
+
+
+@pytest.mark.parametrize("log", ["sqlite", "postgresql"])
+def test_a_lease_handed_back_keeps_the_links_for_the_step_that_does_the_work(
+    tmp_path: Path, embedder: Embedder, log: str, request: pytest.FixtureRequest
+) -> None:
+    """Regression: a released or failed lease dropped the links it took, so the step that
+    later indexed the conversation linked none of the calls that queued it."""
+    shared = {}
+    if log == "postgresql":
+        cluster: PostgresCluster = request.getfixturevalue("postgres")
+        shared["database_url"] = cluster.create_database()
+    tracing.start(TracerProvider())
+    svc = build_services(make_settings(tmp_path, index_workers=0, **shared), embedder=embedder)
+    try:
+        with tracing.span("append"):
+            svc.ingest.append(conversation("handed-back", EN_TURNS)[:3])
+            recorded = tracing.traceparent()
+        (first,) = svc.queue.lease(None, 60.0, 10, "a worker")
+        svc.queue.release(first)
+        (second,) = svc.queue.lease(None, 60.0, 10, "a worker")
+        svc.queue.fail(second, "a store error", max_attempts=5, backoff_s=0.0)
+        (third,) = svc.queue.lease(None, 60.0, 10, "a worker")
+    finally:
+        svc.close()
+        tracing.shutdown()
+        tracing.configure()
+    assert recorded.startswith("00-")
+    assert first.trace_links == second.trace_links == third.trace_links == (recorded,)
+
+
 def test_an_index_step_on_another_replica_links_to_the_append_that_queued_it(
     tmp_path: Path, embedder: Embedder, postgres: PostgresCluster
 ) -> None:
@@ -225,3 +276,8 @@ def test_every_stage_in_the_code_is_named_where_operators_read_it() -> None:
         for name in re.findall(r"\w+", names)
     }
     assert timed and timed <= named, timed - named
+    assert {f"{operation} {name}" for operation, name in timed} == set(tracing.STAGE_TARGETS)
+    page = (package.parent / "docs/operations/tracing.md").read_text()
+    for stage_name, (_, operation) in tracing.STAGE_TARGETS.items():
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{stage_name[:6]}"))
+        assert f"`{stage_name.split()[1]}`" in row and (not operation or f"`{operation}`" in row)

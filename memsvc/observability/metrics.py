@@ -130,7 +130,7 @@ def stage(operation: str, name: str) -> Any:
 
 @contextmanager
 def _traced(histogram: Histogram, name: str) -> Iterator[None]:
-    with tracing.span(name) as current:
+    with tracing.span(name, tracing.stage_attributes(name)) as current:
         start = time.perf_counter()
         try:
             yield

@@ -25,6 +25,28 @@ _tracer: Any = None
 _provider: Any = None
 # How a conversation id appears in an attribute: id | tenant | none.
 _conversations = "id"
+# The attributes of each stage's span, after describe(): which database it talks to
+# (OpenTelemetry's database conventions), or which model and runtime.
+_stage_attributes: dict[str, dict[str, str]] = {}
+
+# What each timed stage (metrics.stage) talks to: the event log, the vector store (with the
+# store's operation), or the embedding model. The rest (fuse) is memsvc's own work.
+STAGE_TARGETS: dict[str, tuple[str, str]] = {
+    "search standing": ("log", ""),
+    "search verify": ("log", ""),
+    "write check": ("log", ""),
+    "write bookkeep": ("log", ""),
+    "write settle": ("log", ""),
+    "search read": ("store", "query"),
+    "search dense": ("store", "search"),
+    "search keyword": ("store", "search"),
+    "write read": ("store", "query"),
+    "write store": ("store", "upsert"),
+    "search embed": ("model", ""),
+    "write embed": ("model", ""),
+    "write tokens": ("model", ""),
+    "search fuse": ("", ""),
+}
 
 _EXPORTERS = ("otlp", "console", "none")
 # gRPC codes a server span reports as an error (OpenTelemetry's RPC conventions): the rest
@@ -140,6 +162,29 @@ def shutdown() -> None:
         provider.shutdown()
 
 
+def describe(log_system: str, collection: str, model: str, runtime: str) -> None:
+    """What the stage spans name: the log's database (`sqlite` | `postgresql`), the
+    store's collection (Milvus), and the model with its runtime (`onnx`, `torch`, `openai`)."""
+    store = {"db.system.name": "milvus", "db.collection.name": collection}
+    by_target = {
+        "log": {"db.system.name": log_system},
+        "store": store,
+        "model": {"memsvc.model": model, "memsvc.runtime": runtime},
+        "": {},
+    }
+    _stage_attributes.clear()
+    for name, (target, operation) in STAGE_TARGETS.items():
+        attributes = dict(by_target[target])
+        if operation:
+            attributes["db.operation.name"] = operation
+        _stage_attributes[name] = attributes
+
+
+def stage_attributes(name: str) -> dict[str, str]:
+    """The attributes of the span of stage `name` (`search dense`), as describe() set them."""
+    return _stage_attributes.get(name, {})
+
+
 def on() -> bool:
     return _tracer is not None
 
@@ -210,34 +255,28 @@ def traceparent() -> str:
     (on any replica, later) can link back to it."""
     if _tracer is None:
         return ""
-    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    context = trace.get_current_span().get_span_context()
-    if not context.is_valid:
-        return ""
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return carrier.get("traceparent", "")
 
 
 def _links(traceparents: Iterable[str]) -> list[Any]:
-    from opentelemetry.trace import Link, SpanContext, TraceFlags
+    from opentelemetry import trace
+    from opentelemetry.trace import Link
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+    propagator = TraceContextTextMapPropagator()
     links, seen = [], set()
     for value in traceparents:
-        parts = value.split("-")
-        if len(parts) != 4 or value in seen:
-            continue  # cut short where the log keeps only the newest few
-        seen.add(value)
-        try:
-            context = SpanContext(
-                trace_id=int(parts[1], 16),
-                span_id=int(parts[2], 16),
-                is_remote=True,
-                trace_flags=TraceFlags(int(parts[3], 16)),
-            )
-        except ValueError:
+        if value in seen:
             continue
-        if context.is_valid:
-            links.append(Link(context))
+        seen.add(value)
+        # a value cut short where the log keeps only the newest few parses as no context
+        found = trace.get_current_span(propagator.extract({"traceparent": value}))
+        if found.get_span_context().is_valid:
+            links.append(Link(found.get_span_context()))
     return links
 
 

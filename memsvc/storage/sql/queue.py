@@ -18,7 +18,7 @@ from memsvc.domain.records import QueueGauges, QueueItem
 from memsvc.observability import metrics, tracing
 from memsvc.storage.sql.connection import Database, Row, Sql, chunked, marks
 from memsvc.storage.sql.eventlog import SqlLog
-from memsvc.storage.sql.work import prefix_match
+from memsvc.storage.sql.work import TRACE_LINKS_CHARS, prefix_match
 
 _COLS = (
     "q.conversation_id, q.state, q.active_version, q.building_version, q.dirty, q.attempts,"
@@ -46,6 +46,16 @@ def _item(r: Row) -> QueueItem:
         needs_reconcile=bool(r[11]),
         last_timestamp="" if r[12] is None else str(r[12]),
     )
+
+
+# A lease handed back (released, or failed for a retry) returns the links it took: the
+# step that does the work later links the calls that queued it. They are older than any
+# recorded since, so they go after them, and a full column drops them first.
+_RESTORE_LINKS = f"trace_links = substr(trace_links || ?, 1, {TRACE_LINKS_CHARS})"
+
+
+def _links_of(item: QueueItem) -> str:
+    return "".join(f"{link} " for link in item.trace_links)
 
 
 def _now(sql: Sql, now: float | None) -> tuple[str, list[float]]:
@@ -190,7 +200,7 @@ class SqlIndexQueue:
             clock, at = _now(sql, now)
             sql.run(
                 "UPDATE conversations SET attempts = ?, last_error = ?, lease_owner = '',"
-                f" lease_until = 0, state = ?, next_attempt_at = {clock} + ?"
+                f" lease_until = 0, state = ?, next_attempt_at = {clock} + ?, {_RESTORE_LINKS}"
                 " WHERE conversation_id = ?",
                 (
                     attempts,
@@ -198,6 +208,7 @@ class SqlIndexQueue:
                     "failed" if attempts >= max_attempts else "pending",
                     *at,
                     backoff_s * 2 ** (attempts - 1),
+                    _links_of(item),
                     item.conversation_id,
                 ),
             )
@@ -206,9 +217,10 @@ class SqlIndexQueue:
         """Hand a lease back untouched: pending again, no attempt counted."""
         with self.database.transaction() as sql:
             sql.run(
-                "UPDATE conversations SET state = 'pending', lease_owner = '', lease_until = 0"
+                "UPDATE conversations SET state = 'pending', lease_owner = '', lease_until = 0,"
+                f" {_RESTORE_LINKS}"
                 " WHERE conversation_id = ? AND lease_token = ? AND state = 'indexing'",
-                (item.conversation_id, item.lease_token),
+                (_links_of(item), item.conversation_id, item.lease_token),
             )
 
     def release_owned(self, owner: str) -> int:
