@@ -124,3 +124,24 @@ STAGES = {
     "search": ("standing", "embed", "keyword", "dense", "fuse", "read", "verify"),
     "write": ("check", "read", "tokens", "embed", "store", "bookkeep", "settle"),
 }
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of process `pid`, KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def children(pid: int) -> list[int]:
+    """The pids whose parent is `pid` (Milvus Lite's server under memsvc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out

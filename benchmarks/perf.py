@@ -37,8 +37,10 @@ from _common import (
     ROOT,
     ServerTimes,
     breakdown,
+    children,
     machine,
     percentile,
+    rss_kib,
     scratch_dir,
     to_pb,
 )
@@ -83,25 +85,6 @@ def plain_torch_forward(flag: Any, texts: list[str], batch: int) -> float:
             mask = part["attention_mask"].unsqueeze(-1).float()
             torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
     return time.perf_counter() - t
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
 
 
 def load(

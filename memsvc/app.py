@@ -325,7 +325,7 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         ),
     )
     control = IndexControl(events, queue, worker, projector, locks, notifier)
-    audit = StoreAudit(events, store, notifier, settings.store_audit_s)
+    audit = StoreAudit(events, store, locks, notifier, settings.store_audit_s)
     audit.run()  # before any call: a log restored beside a newer store is seen at once
     watch = StoreWatch(store, settings.store_check_s)
     watch.on_change(lambda up: notifier.notify() if up else None)

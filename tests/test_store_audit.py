@@ -11,6 +11,8 @@ from pathlib import Path
 
 from memsvc.app import build_services
 from memsvc.embedding.model import Embedder
+from memsvc.ports import ChunkStore
+from memsvc.services.audit import StoreAudit
 from memsvc.storage.milvus.store import MilvusChunkStore
 from tests.conftest import EN_TURNS, conversation, make_settings
 from tests.support.fleet import MilvusServer
@@ -128,5 +130,46 @@ def test_4_a_log_restored_beside_a_newer_store_is_repaired(
         assert findable(svc, "rs", EN_TURNS[:3])  # the log's turns, as the log has them
         stored = {c.record.text for c in svc.store.chunks_of("rs")}
         assert not any("told again, later" in t for t in stored)
+    finally:
+        svc.close()
+
+
+class StepBetweenReads:
+    """The store as the audit sees it, with an index step landing right after the audit
+    has read every row and before it reads the log (what the worker does at size, where
+    reading the store takes seconds)."""
+
+    def __init__(self, store: ChunkStore, step: Callable[[], None]) -> None:
+        self.store = store
+        self.step = step
+
+    def digests(self, conversation_id: str | None = None) -> dict[str, tuple[str, str, bool]]:
+        rows = self.store.digests(conversation_id)
+        if conversation_id is None:
+            self.step()
+        return rows
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+
+def test_a_step_during_the_audit_is_not_taken_for_a_store_out_of_line(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Regression (scale v2): under load, a conversation indexed between the audit's read of
+    the store and its read of the log looked out of line, and was rebuilt for nothing (and
+    WaitForIndexed said false for it meanwhile). A store truly out of line still is."""
+    svc = build_services(make_settings(tmp_path, index_workers=0), embedder=embedder)
+    try:
+        svc.ingest.append(conversation("racing", EN_TURNS[:3]))
+        step = lambda: svc.worker.process(svc.queue.lease(None, 60.0, 10, "a worker"))  # noqa: E731
+        audit = StoreAudit(
+            svc.log, StepBetweenReads(svc.store, step), svc.locks, svc.notifier, 3600
+        )
+        assert audit.run() == []
+        assert svc.queue.status(["racing"])[0].state == "idle"
+        assert svc.control.is_indexed("racing", 2)
+        svc.store.delete([c.record.chunk_id for c in svc.store.chunks_of("racing")][:1])
+        assert audit.run() == ["racing"]  # lost for real: reconciled
     finally:
         svc.close()

@@ -89,8 +89,9 @@ class ChunkStore(Protocol):
 
     def count(self, *, deleted: bool | None = None) -> int: ...
 
-    def digests(self) -> dict[str, tuple[str, str, bool]]:
-        """Every row, lightly: chunk id -> (conversation id, content hash, deleted)."""
+    def digests(self, conversation_id: str | None = None) -> dict[str, tuple[str, str, bool]]:
+        """Every row (or a conversation's), lightly: chunk id -> (conversation id, content
+        hash, deleted)."""
         ...
 
     def search_dense(

@@ -13,7 +13,14 @@ each row of the store is compared with the layout (chunk ids, content hashes, de
 flags; no text, no vector): a conversation whose store holds a row the log does not plan,
 or lacks or holds stale a row the log counts as stored, is recorded for reconciling. Until
 its reconcile is done it is not idle and WaitForIndexed says false for it; searches check
-every hit against the log meanwhile (memsvc.services.selection)."""
+every hit against the log meanwhile (memsvc.services.selection).
+
+Reading the whole store takes a while at size (seconds at 100,000 chunks), and the index
+worker writes meanwhile: a conversation whose step stored its chunks after the store was
+read and marked them indexed before the log was read looks out of line, and is not. So each
+conversation found is compared again, alone, under its writer lock (no step half-done), and
+only those still out of line are reconciled; a conversation busy for the whole wait is left
+for the next audit."""
 
 from __future__ import annotations
 
@@ -21,18 +28,36 @@ import threading
 
 import structlog
 
-from memsvc.ports import ChunkStore, EventLog, LogReader, Notifier
+from memsvc.domain.errors import ConversationBusy
+from memsvc.ports import ChunkStore, EventLog, LogReader, Notifier, WriterLocks
 from memsvc.services import bootstrap
 
 log = structlog.get_logger(__name__)
 
+# Conversations compared again one by one at most: more than this many found at once is a
+# store or log restored out of step, not writes racing the audit, and all are reconciled.
+RECHECK_AT_MOST = 1000
+# How long the second look waits for a conversation's writer (an index step).
+RECHECK_WAIT_S = 5.0
+
+# chunk id -> (conversation id, content hash, deleted, indexed): the log's plan
+Layout = dict[str, tuple[str, str, bool, bool]]
+# chunk id -> (conversation id, content hash, deleted): the store's rows
+Stored = dict[str, tuple[str, str, bool]]
+
 
 class StoreAudit:
     def __init__(
-        self, events: EventLog, store: ChunkStore, notifier: Notifier, interval_s: float
+        self,
+        events: EventLog,
+        store: ChunkStore,
+        locks: WriterLocks,
+        notifier: Notifier,
+        interval_s: float,
     ) -> None:
         self.events = events
         self.store = store
+        self.locks = locks
         self.notifier = notifier
         self.interval_s = interval_s
         self._stop = threading.Event()
@@ -63,16 +88,9 @@ class StoreAudit:
                 layout = r.layout_digests()
                 waiting = r.all_waiting_superseded()
                 reconciling = {c for c in {v[0] for v in layout.values()} if _pending(r, c)}
-            out_of_line: set[str] = set()
-            for cid, (conv, content, deleted, indexed) in layout.items():
-                row = stored.get(cid)
-                if indexed and not deleted and (row is None or row[1] != content or row[2]):
-                    out_of_line.add(conv)  # the log counts it stored: it is not, or stale
-            for cid, (conv, _content, deleted) in stored.items():
-                planned = layout.get(cid)
-                if not deleted and (planned is None or planned[2]) and cid not in waiting:
-                    out_of_line.add(conv)  # live in the store, not planned live by the log
-            found = sorted(out_of_line - reconciling)
+            found = sorted(_out_of_line(layout, stored, waiting) - reconciling)
+            if len(found) <= RECHECK_AT_MOST:
+                found = [conv for conv in found if self._still_out_of_line(conv)]
             if found:
                 # One transaction: a conversation written meanwhile is reconciled all the
                 # same (reconciling is idempotent), never left marked stored when it is not.
@@ -90,6 +108,23 @@ class StoreAudit:
                 self.notifier.notify()
             return found
 
+    def _still_out_of_line(self, conversation_id: str) -> bool:
+        """The conversation compared again, alone, with no step of it under way."""
+        try:
+            with self.locks.hold(conversation_id, wait_s=RECHECK_WAIT_S):
+                stored = self.store.digests(conversation_id)
+                with self.events.snapshot() as r:
+                    if _pending(r, conversation_id):
+                        return False  # recorded for reconciling meanwhile
+                    layout = {
+                        cid: (conversation_id, row.content_hash, row.deleted, row.indexed)
+                        for cid, row in r.conversation_layout(conversation_id).items()
+                    }
+                    waiting = r.waiting_superseded(list(stored))
+        except ConversationBusy:
+            return False  # written all along: the next audit looks again
+        return bool(_out_of_line(layout, stored, waiting))
+
     def _run(self) -> None:
         while not self._stop.is_set():
             self._due.wait(self.interval_s)
@@ -102,6 +137,20 @@ class StoreAudit:
                 self.run()
             except Exception as exc:  # the store or log went away: the next round retries
                 log.warning("store_audit_failed", error=str(exc)[:300])
+
+
+def _out_of_line(layout: Layout, stored: Stored, waiting: set[str]) -> set[str]:
+    """The conversations whose store disagrees with the log's plan."""
+    out: set[str] = set()
+    for cid, (conv, content, deleted, indexed) in layout.items():
+        row = stored.get(cid)
+        if indexed and not deleted and (row is None or row[1] != content or row[2]):
+            out.add(conv)  # the log counts it stored: it is not, or stale
+    for cid, (conv, _content, deleted) in stored.items():
+        planned = layout.get(cid)
+        if not deleted and (planned is None or planned[2]) and cid not in waiting:
+            out.add(conv)  # live in the store, not planned live by the log
+    return out
 
 
 def _pending(r: LogReader, conversation_id: str) -> bool:

@@ -91,9 +91,7 @@ class MilvusChunkStore:
         # Whether a row was ever seen: until then a keyword search counts rows first (see
         # search_keyword).
         self._rows_seen = False
-        self.schema_version, self.identity = schema.ensure_collection(
-            self._client, collection, uri, model
-        )
+        self._open_collection()
         self._up.set()
 
     @property
@@ -125,6 +123,14 @@ class MilvusChunkStore:
         if lite.is_lite(self.uri):
             lite.start(self.uri)  # with a home of its own; the client then finds it running
         return MilvusClient(**kwargs)
+
+    def _open_collection(self) -> None:
+        """Open (or make) the collection; on Milvus Lite, index its rows' keys."""
+        self.schema_version, self.identity = schema.ensure_collection(
+            self._client, self.collection, self.uri, self.model
+        )
+        if lite.is_lite(self.uri) and not lite.index_primary_keys(self.uri, self.collection):
+            log.warning("store_keys_unindexed", uri=self.uri, collection=self.collection)
 
     def close(self, erase: bool = False) -> None:
         """Disconnect (stopping Milvus Lite's process). `erase`: then rewrite the Milvus
@@ -177,9 +183,7 @@ class MilvusChunkStore:
             with contextlib.suppress(Exception):  # the old connection is dead
                 old.close()
             self._client = self._connect()
-            self.schema_version, self.identity = schema.ensure_collection(
-                self._client, self.collection, self.uri, self.model
-            )
+            self._open_collection()
         except FailedPrecondition:
             raise
         except Exception as exc:
@@ -261,13 +265,15 @@ class MilvusChunkStore:
             last = max(str(r["chunk_id"]) for r in rows)
 
     @_store_call
-    def digests(self) -> dict[str, tuple[str, str, bool]]:
+    def digests(self, conversation_id: str | None = None) -> dict[str, tuple[str, str, bool]]:
         out: dict[str, tuple[str, str, bool]] = {}
         last = ""
+        scope = ex.chunks_of_expr(conversation_id, None, None) if conversation_id else ""
         while True:  # paged by primary key, as _query
+            where = [ex.after_id(last) if last else ex.all_rows()] + ([scope] if scope else [])
             rows = self._client.query(
                 self.collection,
-                filter=ex.after_id(last) if last else ex.all_rows(),
+                filter=" and ".join(where),
                 output_fields=["chunk_id", "conversation_id", "content_hash", "deleted"],
                 limit=_QUERY_PAGE,
             )
