@@ -289,9 +289,13 @@ def measure(node: Node, pool: Pool, loaded: int, args: argparse.Namespace) -> di
     row |= {"rss_memsvc_mib": round(own), "rss_milvus_lite_mib": round(milvus)}
     row["disk_bytes_per_chunk"] = round(disk_bytes(args.data_paths) / max(1, row["chunks"]))
     for label, scoped in (("scoped", True), ("unscoped", False)):
+        spent = ServerTimes(node.metrics_port)
         times = searches(stub, pool, loaded, args.searches, scoped)
         row[f"{label}_hybrid_p50_ms"] = round(percentile(times, 50), 2)
         row[f"{label}_hybrid_p99_ms"] = round(percentile(times, 99), 2)
+        row[f"{label}_stages_ms"] = breakdown(
+            [spent.since(args.searches + WARMUP, "search", ["EmbedDb"])]
+        )
     first, walk_s, seen = status_pages(stub)
     row |= {"status_page_ms": round(statistics.median(first), 2), "status_walk_s": round(walk_s, 3)}
     assert seen >= loaded, (seen, loaded)

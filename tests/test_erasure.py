@@ -69,6 +69,26 @@ def test_purged_text_is_in_no_file_after_a_clean_stop(
         svc.close()
 
 
+def test_the_log_says_which_conversation_waits_for_a_purge(
+    tmp_path: Path, embedder: Embedder, backend: dict[str, object]
+) -> None:
+    """What a one-conversation purge asks the log (scale v2: it used to list every
+    conversation with deleted turns, a read that grows with the log, to test one)."""
+    svc = build_services(make_settings(tmp_path, **backend), embedder=embedder)
+    try:
+        sync(svc, conversation("waits", EN_TURNS[:3]))
+        sync(svc, conversation("other", EN_TURNS[:3]))
+        svc.deletion.delete("waits", TurnRange(1, 1), [])
+        with svc.log.snapshot() as r:
+            assert r.holds_deleted("waits") and not r.holds_deleted("other")
+            assert r.conversations_with_deleted() == ["waits"]
+        svc.deletion.purge_deleted("waits")
+        with svc.log.snapshot() as r:
+            assert not r.holds_deleted("waits") and r.conversations_with_deleted() == []
+    finally:
+        svc.close()
+
+
 def test_a_purge_forgets_the_vectors_of_a_turns_head_and_gist(
     services_on_both: Services, embedder: Embedder
 ) -> None:

@@ -62,6 +62,11 @@ class LogReader(Protocol):
         """Conversations with deleted turns not yet purged, or deleted layout rows."""
         ...
 
+    def holds_deleted(self, conversation_id: str) -> bool:
+        """Whether this conversation has deleted turns not yet purged, or deleted layout
+        rows (one conversation's rows read, not every conversation's)."""
+        ...
+
     def event_texts(self) -> list[tuple[str, int, str]]:
         """(conversation, turn, clean text) of every event."""
         ...

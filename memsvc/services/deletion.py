@@ -197,7 +197,7 @@ class DeletionService:
     def _purge(self, conv: str) -> tuple[int, int]:
         deleted = self.store.chunks_of(conv, deleted=True)
         with self.log.snapshot() as r:
-            waiting = conv in r.conversations_with_deleted()
+            waiting = r.holds_deleted(conv)
         if not deleted and not waiting:
             return 0, 0
         with self.log.transaction() as tx:

@@ -256,6 +256,17 @@ class SqlLog(LayoutQueries, WorkQueries):
         )
         return [str(r[0]) for r in rows]
 
+    def holds_deleted(self, conversation_id: str) -> bool:
+        return (
+            self.sql.one(
+                "SELECT 1 FROM events WHERE conversation_id = ? AND deleted = 1 AND purged = 0"
+                " UNION ALL SELECT 1 FROM layout WHERE conversation_id = ? AND deleted = 1"
+                " LIMIT 1",
+                (conversation_id, conversation_id),
+            )
+            is not None
+        )
+
     def event_texts(self) -> list[tuple[str, int, str]]:
         rows = self.sql.rows("SELECT conversation_id, turn_id, clean_text FROM events")
         return [(str(r[0]), int(r[1]), str(r[2])) for r in rows]
