@@ -91,7 +91,7 @@ def lookup_plan(milvus_file: Path, collection: str) -> str:
     conn = sqlite3.connect(milvus_file, timeout=30)
     try:
         plan = conn.execute(
-            f'EXPLAIN QUERY PLAN DELETE FROM "{collection}" WHERE milvus_id IN (\'a\', \'b\')'
+            f"EXPLAIN QUERY PLAN DELETE FROM \"{collection}\" WHERE milvus_id IN ('a', 'b')"
         ).fetchall()
     finally:
         conn.close()
