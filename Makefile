@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-async bench-perf bench-tracing bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients test-clients-node test-clients-python test-clients-go
+.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-async bench-perf bench-tracing bench-scale bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients test-clients-node test-clients-python test-clients-go
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -203,6 +203,11 @@ bench-perf: $(VENV)/.dev
 # What traces cost: hybrid search with tracing off and on at 100 % sampling, one data dir.
 bench-tracing: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/tracing.py $(ARGS)
+
+# What one node holds as conversations pile up (benchmarks/scale.py; not in CI: about an hour
+# to 100,000 conversations on 2 cores). Vectors from a deterministic embedding server of its own.
+bench-scale: $(VENV)/.dev
+	PYTHONPATH=. $(PY) benchmarks/scale.py $(ARGS)
 
 # The local model against the same model behind Infinity (.venv-infinity, make infinity-venv).
 bench-embedders: $(VENV)/.dev $(INFINITY_VENV)/.done

@@ -363,6 +363,7 @@ def main() -> None:
         from tests.support.postgres import PostgresCluster
 
         cluster = PostgresCluster(durable=True).start()
+        (root / "milvus").mkdir()
         milvus = MilvusServer(root / "milvus" / "milvus.db")
         env |= {"MEMSVC_DATABASE_URL": cluster.create_database(), "MEMSVC_MILVUS_URI": milvus.uri}
         args.data_paths += [cluster.data, root / "milvus"]
