@@ -25,6 +25,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# `open_files`: the child lowers its own limit before memsvc runs. (A preexec_fn would
+# run between fork and exec in a copy of a test process whose gRPC threads are restarted
+# after the fork; one aborted there on a closed epoll descriptor, grpc/grpc#43157.)
+_WITH_OPEN_FILES = (
+    "import resource, runpy, sys; n = int(sys.argv.pop(1));"
+    " resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); sys.argv[0] = 'memsvc';"
+    " runpy.run_module('memsvc', run_name='__main__', alter_sys=True)"
+)
+
+
 def start_child(
     data_dir: Path,
     port: int,
@@ -37,11 +47,11 @@ def start_child(
     env.setdefault("MEMSVC_EMBED_MODEL", "sentence-transformers/all-MiniLM-L6-v2")
     env.setdefault("TQDM_DISABLE", "1")
     env.setdefault("MEMSVC_METRICS_LISTEN", "")  # tests run servers side by side
+    entry = ["-m", "memsvc"] if open_files is None else ["-c", _WITH_OPEN_FILES, str(open_files)]
     return subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "memsvc",
+            *entry,
             "serve",
             "--listen",
             f"127.0.0.1:{port}",
@@ -52,14 +62,7 @@ def start_child(
             *extra,
         ],
         env=env,
-        preexec_fn=None if open_files is None else lambda: _limit_open_files(open_files),
     )
-
-
-def _limit_open_files(limit: int) -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
 def wait_serving(
