@@ -246,7 +246,13 @@ def test_hybrid_hits_returned_recently_are_not_read_again(
     assert first and reads and {h.chunk_id for h in first} <= {c for r in reads for c in r}
     reads.clear()
     second = services.search.search(request).hits
-    assert second == first and reads == []
+    assert reads == []
+    # the same hits; their scores to float noise: a remote embedder (Infinity batches
+    # requests together) can answer the same query with vectors a few ulps apart
+    assert [dataclasses.replace(h, score=0.0) for h in second] == [
+        dataclasses.replace(h, score=0.0) for h in first
+    ]
+    assert [h.score for h in second] == pytest.approx([h.score for h in first], rel=1e-6)
 
 
 def test_a_recent_record_is_never_returned_once_its_chunk_changed_or_was_deleted(
