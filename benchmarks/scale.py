@@ -2,7 +2,7 @@
 
     python benchmarks/scale.py [--stages 20,1000,10000,100000] [--turns 10]
         [--backend sqlite|postgres] [--searches 200] [--reindex-all-up-to 10000]
-        [--beam DIR] [--json FILE]
+        [--beam DIR] [--json FILE] [--keep DIR]
 
 One `memsvc serve` (SQLite + Milvus Lite in its data dir, or PostgreSQL + the milvus-lite
 TCP server) is grown stage by stage: at each, the conversations up to the stage's count
@@ -259,7 +259,7 @@ def searchable(node: Node, loaded: int, turns: int, trials: int) -> tuple[list[f
     return out, breakdown([times.since(trials, "write", [])])
 
 
-def reindex_one(stub: pb_grpc.MemoryServiceStub, cid: str, last_turn: int) -> float:
+def reindex_one(stub: pb_grpc.MemoryServiceStub, cid: str) -> float:
     start = time.perf_counter()
     stub.Reindex(pb.ReindexRequest(conversation_ids=[cid]), timeout=60)
     while True:
@@ -308,9 +308,7 @@ def measure(node: Node, pool: Pool, loaded: int, args: argparse.Namespace) -> di
         statistics.median(t for cid in picks for t in timed(export, stub, cid)), 2
     )
     row["export_all_s"] = round(export_all(stub)[0], 3)
-    row["reindex_one_ms"] = round(
-        statistics.median(reindex_one(stub, cid, args.turns) for cid in picks[:3]), 1
-    )
+    row["reindex_one_ms"] = round(statistics.median(reindex_one(stub, cid) for cid in picks[:3]), 1)
     row["reindex_all_s"] = None
     if loaded <= args.reindex_all_up_to:
         start = time.perf_counter()
@@ -342,10 +340,17 @@ def main() -> None:
     parser.add_argument("--searches", type=int, default=200)
     parser.add_argument("--reindex-all-up-to", type=int, default=10_000)
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument(
+        "--keep", type=Path, help="hold the node's data in this new directory, kept after the run"
+    )
     args = parser.parse_args()
 
     pool = load_pool(args.eval, args.beam)
-    root = scratch_dir("memsvc-bench-scale-")
+    if args.keep:
+        args.keep.mkdir(parents=True)
+        root = args.keep
+    else:
+        root = scratch_dir("memsvc-bench-scale-")
     embed_port = free_port()
     embedder = subprocess.Popen(
         [sys.executable, str(ROOT / "benchmarks" / "hash_embedder.py"), "--port", str(embed_port)]

@@ -274,9 +274,11 @@ def _links(traceparents: Iterable[str]) -> list[Any]:
             continue
         seen.add(value)
         # a value cut short where the log keeps only the newest few parses as no context
-        found = trace.get_current_span(propagator.extract({"traceparent": value}))
-        if found.get_span_context().is_valid:
-            links.append(Link(found.get_span_context()))
+        context = trace.get_current_span(
+            propagator.extract({"traceparent": value})
+        ).get_span_context()
+        if context.is_valid:
+            links.append(Link(context))
     return links
 
 
