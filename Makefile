@@ -139,9 +139,11 @@ proto-check: clients/node_modules/.installed
 
 # The Python client in a venv of its own, without torch or the server's package.
 CLIENT_VENV := clients/python/.venv
-$(CLIENT_VENV)/.installed: clients/python/pyproject.toml
+# The frameworks at the versions their cases were checked against (constraints.txt).
+$(CLIENT_VENV)/.installed: clients/python/pyproject.toml clients/python/constraints.txt
 	test -x $(CLIENT_VENV)/bin/python || $(PYTHON) -m venv $(CLIENT_VENV)
-	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check "./clients/python[langchain,openai-agents,llama-index,google-adk]"
+	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check \
+		-c clients/python/constraints.txt "./clients/python[langchain,openai-agents,llama-index,google-adk]"
 	touch $@
 
 # CrewAI pins openai < 3 and mcp < 2, older than the other frameworks': a venv of its own
