@@ -62,6 +62,7 @@ REASON_DELETED = "deleted"  # the chunk covers a deleted turn
 REASON_MISMATCH = "mismatch"  # text or metadata differ from the server's chunk for this id
 REASON_TOO_LONG = "too_long"  # over the model's token limit
 REASON_BUSY = "busy"  # another writer held the conversation too long: retry
+REASON_LAST_TURN_MOVED = "last_turn_moved"  # expected_last_turn no longer holds: read again
 # Refusals that mean "the layout moved on": build again and upsert what it returns.
 STALE_REASONS = frozenset({REASON_UNKNOWN, REASON_SUPERSEDED, REASON_DELETED, REASON_MISMATCH})
 

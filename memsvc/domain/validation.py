@@ -6,7 +6,7 @@ that grows under normalisation cannot pass a limit and then break one downstream
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from memsvc.domain.errors import InvalidArgument
@@ -101,6 +101,24 @@ def event_count(items: Sequence[MemoryEvent]) -> None:
         raise InvalidArgument("events", "must not be empty")
     if len(items) > MAX_EVENTS_PER_CALL:
         raise InvalidArgument("events", f"at most {MAX_EVENTS_PER_CALL} events per call")
+
+
+def expected_last_turns(
+    expected: Mapping[str, int], items: Sequence[MemoryEvent]
+) -> dict[str, int]:
+    """An append's compare-and-append expectations, by conversation in normal form: each
+    names a conversation of one of `items` and a last turn id from -1 (none yet) up."""
+    written = {normal_id(e.conversation_id) for e in items}
+    out: dict[str, int] = {}
+    for key, last in expected.items():
+        field = f"expected_last_turn[{key!r}]"
+        conv = conversation_id(key, field)
+        if conv not in written:
+            raise InvalidArgument(field, "names no conversation of this call's events")
+        if not -1 <= last <= MAX_TURN_ID:
+            raise InvalidArgument(field, f"must be -1 (no turn yet) to {MAX_TURN_ID:,}")
+        out[conv] = last
+    return out
 
 
 def events(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -19,6 +19,7 @@ from memsvc.domain.records import Conversation, EventRow
 from memsvc.domain.text import clean_text, normal_id
 from memsvc.domain.types import (
     REASON_DELETED,
+    REASON_LAST_TURN_MOVED,
     AppendResult,
     BuildResult,
     ChunkRecord,
@@ -32,9 +33,11 @@ from memsvc.ports import ChunkStore, Embedder, EventLog, LogReader, LogWriter, W
 from memsvc.services.keyed_writes import KeyedWrite
 from memsvc.services.projection import Projector, Replan
 from memsvc.services.turns import (
+    LastTurnMoved,
     TurnsDeleted,
     after_last_turn,
     changed_events,
+    check_last_turn,
     provisional_ids,
 )
 
@@ -156,6 +159,7 @@ class IngestService:
         restore: bool = False,
         assign_turn_ids: bool = False,
         idempotency_key: str = "",
+        expected_last_turn: Mapping[str, int] | None = None,
     ) -> AppendResult:
         """Durably log events of any number of conversations and record their indexing
         work. A conversation with a bad event is rejected whole (its events are listed in
@@ -165,15 +169,17 @@ class IngestService:
         transaction that holds the conversation's row (concurrent appenders never collide),
         and stamps events without a timestamp with the time of receipt.
         `idempotency_key`: a retry of this write returns its first answer and writes
-        nothing (memsvc.services.keyed_writes)."""
+        nothing (memsvc.services.keyed_writes). `expected_last_turn`: compare-and-append,
+        a conversation named there is written only if its last turn id is still that one
+        (else its events are refused with reason `last_turn_moved`)."""
         if restore:
             access.need_admin("restoring deleted turns", "restore")
         validation.event_count(events)
-        keyed = (
-            KeyedWrite.of(idempotency_key, events, (allow_gaps, restore, assign_turn_ids))
-            if idempotency_key
-            else None
-        )
+        expected = validation.expected_last_turns(expected_last_turn or {}, events)
+        flags: list[object] = [allow_gaps, restore, assign_turn_ids]
+        if expected:  # a key's request hash from before this field stays the same without it
+            flags.append(sorted(expected.items()))
+        keyed = KeyedWrite.of(idempotency_key, events, flags) if idempotency_key else None
         if assign_turn_ids:
             events = provisional_ids(events)
         events, truncated = self._fit(events)
@@ -207,6 +213,8 @@ class IngestService:
                 try:
                     with tx.savepoint():
                         tx.open_conversation(conv, self.default_version)
+                        if conv in expected:
+                            check_last_turn(tx, conv, expected[conv])
                         if assign_turn_ids:
                             rows = after_last_turn(tx, conv, rows)
                             numbered[conv] = rows[0].turn_id
@@ -218,6 +226,11 @@ class IngestService:
                     continue
                 except TurnsDeleted as exc:
                     errors += [RecordError(_event_ref(r), str(exc), REASON_DELETED) for r in rows]
+                    continue
+                except LastTurnMoved as exc:
+                    errors += [
+                        RecordError(_event_ref(r), str(exc), REASON_LAST_TURN_MOVED) for r in rows
+                    ]
                     continue
                 accepted += len(changed)
                 duplicates += len(rows) - len(changed)

@@ -38,9 +38,9 @@ class KeyedWrite:
     request_hash: str
 
     @classmethod
-    def of(cls, key: str, events: Sequence[MemoryEvent], flags: Sequence[bool]) -> KeyedWrite:
+    def of(cls, key: str, events: Sequence[MemoryEvent], flags: Sequence[object]) -> KeyedWrite:
         """The key of a write of `events` (as sent, before the server numbers or stamps
-        them) with its `flags` (allow_gaps, restore, assign_turn_ids)."""
+        them) with its `flags` (allow_gaps, restore, assign_turn_ids[, expectations])."""
         if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_CHARS or has_control_chars(key):
             raise InvalidArgument(
                 "idempotency_key",

@@ -101,3 +101,23 @@ class TurnsDeleted(FailedPrecondition):
             " turns need new turn ids"
         )
         self.turn_ids = turn_ids
+
+
+class LastTurnMoved(Exception):
+    """A compare-and-append (expected_last_turn) to a conversation that another write
+    moved on since the caller read it: its events are refused in the call's errors."""
+
+    def __init__(self, conversation_id: str, expected: int, last: int) -> None:
+        super().__init__(
+            f"conversation {conversation_id!r} ends at turn {last}, not {expected} as"
+            " expected: another write came first; nothing of this conversation was written."
+            " Read it again and send what is still missing"
+        )
+
+
+def check_last_turn(tx: LogWriter, conv: str, expected: int) -> None:
+    """Raise LastTurnMoved unless the conversation's last turn id (deleted and purged turns
+    included; -1 for none) is `expected`."""
+    _, last, _ = tx.turn_stats(conv)
+    if last != expected:
+        raise LastTurnMoved(conv, expected, last)

@@ -392,18 +392,27 @@ class PurgeDeletedResponse(_message.Message):
     def __init__(self, chunks_purged: _Optional[int] = ..., events_purged: _Optional[int] = ...) -> None: ...
 
 class AppendEventsRequest(_message.Message):
-    __slots__ = ("events", "allow_gaps", "restore", "assign_turn_ids", "idempotency_key")
+    __slots__ = ("events", "allow_gaps", "restore", "assign_turn_ids", "idempotency_key", "expected_last_turn")
+    class ExpectedLastTurnEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_GAPS_FIELD_NUMBER: _ClassVar[int]
     RESTORE_FIELD_NUMBER: _ClassVar[int]
     ASSIGN_TURN_IDS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_LAST_TURN_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[MemoryEvent]
     allow_gaps: bool
     restore: bool
     assign_turn_ids: bool
     idempotency_key: str
-    def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., allow_gaps: _Optional[bool] = ..., restore: _Optional[bool] = ..., assign_turn_ids: _Optional[bool] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    expected_last_turn: _containers.ScalarMap[str, int]
+    def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ..., allow_gaps: _Optional[bool] = ..., restore: _Optional[bool] = ..., assign_turn_ids: _Optional[bool] = ..., idempotency_key: _Optional[str] = ..., expected_last_turn: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class AppendEventsResponse(_message.Message):
     __slots__ = ("accepted", "duplicates", "errors", "truncated", "turn_ids")

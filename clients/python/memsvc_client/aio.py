@@ -9,7 +9,7 @@ and TLS as `MemoryClient`, for frameworks that run on an event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -97,10 +97,11 @@ class AsyncMemoryClient:
         wait_timeout_s: float = 120,
         assign_turn_ids: bool = False,
         idempotency_key: str | None = None,
+        expected_last_turn: Mapping[str, int] | None = None,
     ) -> pb.AppendEventsResponse:
         """As MemoryClient.append."""
         events = list(events)
-        request = append_request(events, assign_turn_ids, idempotency_key)
+        request = append_request(events, assign_turn_ids, idempotency_key, expected_last_turn)
         try:
             reply: pb.AppendEventsResponse = await self.call("AppendEvents", request)
         except MemsvcError as exc:
@@ -170,6 +171,11 @@ class AsyncMemoryClient:
             "GetIndexStatus", pb.GetIndexStatusRequest(conversation_ids=list(conversation_ids))
         )
         return reply
+
+    async def last_turn(self, conversation_id: str) -> int:
+        """As MemoryClient.last_turn."""
+        rows = (await self.status([conversation_id])).conversations
+        return rows[0].last_appended_turn if rows else -1
 
     async def close(self) -> None:
         """Close the running loop's channel, if this client opened one there."""

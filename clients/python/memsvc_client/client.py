@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -183,10 +183,16 @@ def new_idempotency_key() -> str:
 
 
 def append_request(
-    events: Sequence[pb.MemoryEvent], assign_turn_ids: bool, idempotency_key: str | None
+    events: Sequence[pb.MemoryEvent],
+    assign_turn_ids: bool,
+    idempotency_key: str | None,
+    expected_last_turn: Mapping[str, int] | None = None,
 ) -> pb.AppendEventsRequest:
     return pb.AppendEventsRequest(
-        events=events, assign_turn_ids=assign_turn_ids, idempotency_key=idempotency_key or ""
+        events=events,
+        assign_turn_ids=assign_turn_ids,
+        idempotency_key=idempotency_key or "",
+        expected_last_turn=dict(expected_last_turn or {}),
     )
 
 
@@ -239,15 +245,19 @@ class MemoryClient:
         wait_timeout_s: float = 120,
         assign_turn_ids: bool = False,
         idempotency_key: str | None = None,
+        expected_last_turn: Mapping[str, int] | None = None,
     ) -> pb.AppendEventsResponse:
         """Log the events durably; with `wait`, return once the last turn of each
         conversation is searchable (MemsvcError DEADLINE_EXCEEDED if not in time).
         `assign_turn_ids`: the server numbers the events after each conversation's last
         turn (their turn_id unset) and returns the ids in `turn_ids`. `idempotency_key`
         (`new_idempotency_key()`): a call whose answer was lost (DEADLINE_EXCEEDED,
-        UNAVAILABLE) is sent once more with it, and the server writes it once."""
+        UNAVAILABLE) is sent once more with it, and the server writes it once.
+        `expected_last_turn` (conversation -> its last turn id as `last_turn` read it, -1
+        for none): compare-and-append, a conversation whose last turn moved since is not
+        written (its events come back in `errors`, reason "last_turn_moved")."""
         events = list(events)
-        request = append_request(events, assign_turn_ids, idempotency_key)
+        request = append_request(events, assign_turn_ids, idempotency_key, expected_last_turn)
         try:
             reply: pb.AppendEventsResponse = self.call("AppendEvents", request)
         except MemsvcError as exc:
@@ -323,6 +333,12 @@ class MemoryClient:
             "GetIndexStatus", pb.GetIndexStatusRequest(conversation_ids=list(conversation_ids))
         )
         return reply
+
+    def last_turn(self, conversation_id: str) -> int:
+        """The conversation's last turn id, deleted turns included (-1: none): what
+        `append(expected_last_turn=...)` compares with."""
+        rows = self.status([conversation_id]).conversations
+        return rows[0].last_appended_turn if rows else -1
 
     def close(self) -> None:
         self.channel.close()

@@ -286,6 +286,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
                 restore=request.restore,
                 assign_turn_ids=request.assign_turn_ids,
                 idempotency_key=request.idempotency_key,
+                expected_last_turn=dict(request.expected_last_turn),
             )
         if result.accepted:
             core.worker.notify()

@@ -23,10 +23,12 @@ How ADK's types map onto memsvc:
 - `add_session_to_memory` returns once the events are searchable (`wait`, on by default),
   so an agent started next finds them, as with `InMemoryMemoryService`.
 - Adding is idempotent by event id: `add_session_to_memory` may be called again as a
-  session grows, and adds only events not yet kept (`add_events_to_memory` too). Two
-  processes adding the same new events at the same moment add them once: the write's
-  idempotency key is derived from the conversation and the new events' ids, so the second
-  gets the first one's answer (within memsvc's key window, a day).
+  session grows, and adds only events not yet kept (`add_events_to_memory` too). Processes
+  adding at the same moment add each event once, whether they add the same events or one
+  adds a longer slice of the session: each reads the user's last turn id, then what is
+  kept, and writes only onto that turn (memsvc's compare-and-append,
+  `expected_last_turn`); one whose write another came before reads again and adds what is
+  still missing.
 - `search_memory` returns nothing when nothing matches, as `InMemoryMemoryService` does: a
   hit is kept when it shares a word with the query (memsvc's keyword analyzer: English
   stemmed, very common English words left out, Chinese by two-character pieces) or its
@@ -72,6 +74,9 @@ if TYPE_CHECKING:
 MEMORY_ID_PREFIX = "turns:"
 # where a user's deleted event ids are kept: no encoded or plain id part is "%deleted"
 DELETED_SUFFIX = "/%deleted"
+# an add that finds its user's memory moved by another writer reads it again, this often
+ADD_ATTEMPTS = 20
+LAST_TURN_MOVED = "last_turn_moved"  # memsvc's reason for a compare-and-append refused
 
 
 def conversation_of(app_name: str, user_id: str, prefix: str = "") -> str:
@@ -108,10 +113,11 @@ def to_turn(conversation_id: str, event: Event, max_text_chars: int) -> pb.Memor
     )
 
 
-def events_key(events: Sequence[Event]) -> str:
-    """The idempotency key of adding these events: the same for every process adding the
-    same new events (memsvc scopes keys by conversation)."""
-    ids = "\n".join(e.id for e in events)
+def events_key(events: Sequence[Event], last_turn: int) -> str:
+    """The idempotency key of adding these events after `last_turn`: the same for every
+    process adding the same new events onto the same memory (memsvc scopes keys by
+    conversation); another once that memory has moved, so a refusal is not its answer."""
+    ids = "\n".join([str(last_turn), *(e.id for e in events)])
     return "adk-events:" + hashlib.sha256(ids.encode()).hexdigest()
 
 
@@ -181,18 +187,31 @@ class MemsvcMemoryService(BaseMemoryService):
         custom_metadata: Mapping[str, object] | None = None,
     ) -> None:
         conversation = self._conversation(app_name, user_id)
-        live, deleted = await asyncio.gather(
-            self.events(app_name=app_name, user_id=user_id), self._deleted_ids(conversation)
+        for _ in range(ADD_ATTEMPTS):
+            # the last turn first: a write that lands after it is read makes ours refused
+            last = await self._memory.last_turn(conversation)
+            live, deleted = await asyncio.gather(
+                self.events(app_name=app_name, user_id=user_id), self._deleted_ids(conversation)
+            )
+            kept = {e.id for e in live} | deleted  # a deleted event is not added back
+            new = [e for e in events if e.id not in kept and text_of(e)]
+            if not new:
+                return
+            turns = [to_turn(conversation, e, self.max_text_chars) for e in new]
+            reply = await self._memory.append(
+                turns,
+                assign_turn_ids=True,
+                wait=self.wait,
+                idempotency_key=events_key(new, last),
+                expected_last_turn={conversation: last},
+            )
+            if not any(e.reason == LAST_TURN_MOVED for e in reply.errors):
+                written(reply)
+                return
+        raise RuntimeError(
+            f"{conversation!r} kept changing while these events were added"
+            f" ({ADD_ATTEMPTS} tries): add them again"
         )
-        kept = {e.id for e in live} | deleted  # a deleted event is not added back
-        new = [e for e in events if e.id not in kept and text_of(e)]
-        if not new:
-            return
-        turns = [to_turn(conversation, e, self.max_text_chars) for e in new]
-        reply = await self._memory.append(
-            turns, assign_turn_ids=True, wait=self.wait, idempotency_key=events_key(new)
-        )
-        written(reply)
 
     async def events(self, *, app_name: str, user_id: str) -> list[Event]:
         """Every event kept for this user, in the order added, exactly as added."""
