@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-async bench-perf bench-tracing bench-scale bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients test-clients-node test-clients-python test-clients-go
+.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-async bench-perf bench-tracing bench-scale bench-scale-plot bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients test-clients-node test-clients-python test-clients-go
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -210,6 +210,12 @@ bench-tracing: $(VENV)/.dev
 # to 100,000 conversations on 2 cores). Vectors from a deterministic embedding server of its own.
 bench-scale: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/scale.py $(ARGS)
+
+# The curves of bench-scale runs (their --json files) as one PNG; matplotlib installed here
+# on first use (not a dependency of memsvc): make bench-scale-plot ARGS="run.json --out f.png"
+bench-scale-plot: $(VENV)/.dev
+	$(PY) -c "import matplotlib" 2>/dev/null || $(PIP) install -q --disable-pip-version-check matplotlib==3.11.2
+	$(PY) benchmarks/scale_plot.py $(ARGS)
 
 # The local model against the same model behind Infinity (.venv-infinity, make infinity-venv).
 bench-embedders: $(VENV)/.dev $(INFINITY_VENV)/.done

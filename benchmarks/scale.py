@@ -397,7 +397,11 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
             if args.json:
-                args.json.write_text(json.dumps({"machine": machine(), "rows": rows}, indent=2))
+                args.json.write_text(
+                    json.dumps(
+                        {"machine": machine(), "backend": args.backend, "rows": rows}, indent=2
+                    )
+                )
     finally:
         node.stop()
         embedder.terminate()
