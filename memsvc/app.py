@@ -275,6 +275,7 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         )
         if settings.database_url:  # a log of its own has no other replica
             fleet.claim()
+        bootstrap.reclean_turns_if_text_form_changed(events, embedder)
         bootstrap.recount_tokens_if_tokenizer_changed(events, embedder)
         bootstrap.follow_store_identity(events, store.identity)
         bootstrap.follow_cache_identity(events, cache, embedder.identity)

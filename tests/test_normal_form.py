@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import unicodedata
+from pathlib import Path
 
 import pytest
 
-from memsvc.app import Services
+from memsvc.app import Services, build_services
 from memsvc.domain.errors import InvalidArgument
-from tests.conftest import EN_TURNS, turn
+from memsvc.domain.text import TEXT_FORM, fold_text
+from memsvc.domain.types import SearchFilters, SearchMode, SearchRequest
+from memsvc.ports import Embedder
+from memsvc.services import ingest
+from tests.conftest import EN_TURNS, make_settings, turn
 from tests.support.integrity import found, live, sync
 
 
@@ -78,3 +83,60 @@ def test_events_of_a_conversation_keep_their_normal_form_in_chunks(
     raw = dataclasses.replace(turn("nf-d", 0, "Hi"), speaker_name="  Ａｎａ  ")
     built = services.ingest.build([raw])
     assert "Ana" in built.chunks[0].text and built.chunks[0].metadata.participants == ("Ana",)
+
+
+def test_turn_text_keeps_full_width_punctuation(services_on_both: Services) -> None:
+    # issue 66, item 7: cleaning folded full-width punctuation to ASCII in what chunks show
+    # (东京,护照放哪了?), changing what the user wrote; full-width letters and digits still
+    # fold, so they are found as typed in ASCII; names still fold (filters match them)
+    services = services_on_both  # on both event-log backends
+    said = "东京，护照放哪了？我记得放在（蓝色）抽屉里……"
+    room = turn("nf-e", 1, "Ｒｏｏｍ ４１７ at ９:３０", participants=("Ana（助手）",))
+    sync(services, [turn("nf-e", 0, said), room])
+    texts = "\n".join(live(services, "nf-e").values())
+    assert said in texts and "Room 417 at 9:30" in texts
+    keyword = SearchRequest("护照", 10, SearchFilters(("nf-e",)), SearchMode.KEYWORD)
+    assert any(said in h.text for h in services.search.search(keyword).hits)
+    by_name = SearchRequest(
+        "room 417", 10, SearchFilters(("nf-e",), participants=("Ana(助手)",)), SearchMode.KEYWORD
+    )
+    assert any("Room 417" in h.text for h in services.search.search(by_name).hits)
+    exported, _ = services.ingest.export_events("nf-e", 0, "")
+    assert exported[1].text == "Ｒｏｏｍ ４１７ at ９:３０"  # the log keeps the text as sent
+
+
+def test_a_log_cleaned_in_the_previous_form_is_cleaned_again(
+    tmp_path: Path,
+    embedder: Embedder,
+    backend: dict[str, object],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a log written before text form 2 (full-width punctuation folded): the turns the new
+    # form changes are cleaned again at start and their conversations rebuilt; the others
+    # are left as they are (no work recorded for them)
+    said = "东京，护照放哪了？"
+    with monkeypatch.context() as old:
+        old.setattr(ingest, "clean_text", fold_text)  # what the previous version stored
+        first = build_services(make_settings(tmp_path, **backend), embedder=embedder)
+        try:
+            sync(first, [turn("nf-old", 0, said), turn("nf-old", 1, "好的。")])
+            sync(first, [turn("nf-plain", 0, "The espresso machine is broken.")])
+            assert "东京,护照放哪了?" in "\n".join(live(first, "nf-old").values())
+            plain = live(first, "nf-plain")
+            with first.log.transaction() as tx:
+                tx.delete_meta("text_form")  # a log from before the form was recorded
+        finally:
+            first.close()
+    second = build_services(make_settings(tmp_path, **backend), embedder=embedder)
+    try:
+        (untouched,) = second.queue.status(["nf-plain"])
+        assert untouched.state == "idle" and untouched.dirty == 0
+        assert second.control.wait_for_indexed("nf-old", 1, 120) is not None
+        texts = "\n".join(live(second, "nf-old").values())
+        assert said in texts and "东京,护照" not in texts
+        assert live(second, "nf-plain") == plain
+        with second.log.snapshot() as r:
+            assert r.events("nf-old", [0])[0].clean_text == said
+            assert r.get_meta("text_form") == TEXT_FORM
+    finally:
+        second.close()

@@ -4,13 +4,27 @@ import pytest
 
 from memsvc.domain.errors import InvalidArgument
 from memsvc.domain.ids import chunk_id
-from memsvc.domain.text import clean_text, epoch_ms, is_chinese, parse_rfc3339, turn_is_chinese
+from memsvc.domain.text import (
+    clean_text,
+    epoch_ms,
+    fold_text,
+    has_kept_punctuation,
+    is_chinese,
+    normal_name,
+    parse_rfc3339,
+    turn_is_chinese,
+)
 
 
 def test_clean_text_nfkc_controls_and_whitespace() -> None:
     assert clean_text("  Ｈｅｌｌｏ\u0000\u200b  world\n\t again  ") == "Hello world again"
     assert clean_text("\x07\x1b") == ""
-    assert clean_text("你好，　世界") == "你好, 世界"
+    # full-width punctuation and the ellipsis stay as written (issue 66); the ideographic
+    # space is whitespace, folded; names fold everything (filters match them)
+    assert clean_text("你好，　世界！真的吗？……") == "你好， 世界！真的吗？……"
+    assert clean_text("（注）Ｎｏ．１２ ﬁle") == "（注）No．12 file"
+    assert has_kept_punctuation("真的吗？") and not has_kept_punctuation("真的吗?")
+    assert fold_text("你好，　世界！……") == normal_name("你好，　世界！……") == "你好, 世界!......"
 
 
 def test_is_chinese() -> None:

@@ -17,9 +17,41 @@ _KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
+# How turn text is cleaned: recorded in the log (meta `text_form`), whose turns are cleaned
+# again when it changes (memsvc.services.bootstrap). 2: full-width punctuation and the
+# ellipsis kept as written.
+TEXT_FORM = "2"
+# Punctuation NFKC would fold to ASCII, kept as written: Chinese and Japanese full-width
+# punctuation (，！？：；（）～ ...) and the ellipsis. Full-width letters and digits still fold
+# (ＡＢＣ１２３ is found as ABC123).
+_KEPT = re.compile(r"([\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff5e\u2026])")
+
+
 def clean_text(text: str) -> str:
-    """NFKC, control characters removed (newlines and tabs become spaces), whitespace folded."""
-    text = unicodedata.normalize("NFKC", text)
+    """A turn's text as chunks show it: NFKC but for full-width punctuation and the
+    ellipsis, control characters removed (newlines and tabs become spaces), whitespace
+    folded."""
+    return _cleaned(
+        "".join(
+            part if i % 2 else unicodedata.normalize("NFKC", part)
+            for i, part in enumerate(_KEPT.split(text))
+        )
+    )
+
+
+def has_kept_punctuation(text: str) -> bool:
+    """Whether cleaning keeps characters here that the previous text form folded."""
+    return _KEPT.search(text) is not None
+
+
+def fold_text(text: str) -> str:
+    """NFKC throughout (full-width punctuation folded to ASCII), control characters removed,
+    whitespace folded: the form of names, which are matched by filters, and of turn text
+    before text form 2."""
+    return _cleaned(unicodedata.normalize("NFKC", text))
+
+
+def _cleaned(text: str) -> str:
     chars = []
     for ch in text:
         if ch in "\n\r\t\v\f":
@@ -39,9 +71,9 @@ def normal_id(value: str) -> str:
 
 
 def normal_name(value: str) -> str:
-    """The one form of a name (speaker name, participant, a filter on either): the
-    cleaned text (NFKC, whitespace folded), as chunks show it."""
-    return clean_text(value)
+    """The one form of a name (speaker name, participant, a filter on either): NFKC,
+    whitespace folded (fold_text), as chunks show it."""
+    return fold_text(value)
 
 
 def has_control_chars(text: str) -> bool:

@@ -71,6 +71,13 @@ class LogReader(Protocol):
         """(conversation, turn, clean text) of every event."""
         ...
 
+    def event_texts_after(
+        self, conversation_id: str, turn_id: int, limit: int
+    ) -> list[tuple[str, int, str, str]]:
+        """(conversation, turn, text as sent, clean text) of up to `limit` events after
+        (conversation_id, turn_id) in key order: every event, a page at a time."""
+        ...
+
     # conversations: versions and projection work
     def conversation(self, conversation_id: str) -> Conversation | None: ...
 

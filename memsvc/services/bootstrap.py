@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import structlog
 
 from memsvc.domain.model_identity import ModelIdentity, mismatch
+from memsvc.domain.records import EventRow
+from memsvc.domain.text import TEXT_FORM, clean_text, has_kept_punctuation
 from memsvc.ports import Embedder, EmbeddingCache, EventLog
 
 log = structlog.get_logger(__name__)
+
+RECLEAN_PAGE = 5000  # events read at a time when the text form changed
 
 
 def recount_tokens_if_tokenizer_changed(events: EventLog, embedder: Embedder) -> None:
@@ -25,6 +31,47 @@ def recount_tokens_if_tokenizer_changed(events: EventLog, embedder: Embedder) ->
         tx.set_meta("tokenizer", tokenizer)
     if rows:
         log.info("event_tokens_recounted", events=len(rows), tokenizer=tokenizer)
+
+
+def reclean_turns_if_text_form_changed(events: EventLog, embedder: Embedder) -> None:
+    """Turns are cleaned in one form (memsvc.domain.text.TEXT_FORM). A log written in an
+    earlier one has the turns whose clean text the new form changes cleaned again (read a
+    page at a time; few turns change), and their conversations rebuilt in the background,
+    as after any edit."""
+    with events.snapshot() as r:
+        if r.get_meta("text_form") == TEXT_FORM:
+            return
+    found: list[tuple[str, int, str]] = []
+    after: tuple[str, int] = ("", -1)
+    while True:
+        with events.snapshot() as r:
+            page = r.event_texts_after(*after, RECLEAN_PAGE)
+        for conv, turn, text, clean in page:
+            if has_kept_punctuation(text) and clean_text(text) != clean:
+                found.append((conv, turn, text))
+        if len(page) < RECLEAN_PAGE:
+            break
+        after = (page[-1][0], page[-1][1])
+    with events.transaction() as tx:
+        if tx.get_meta("text_form") == TEXT_FORM:  # another process sharing the log did it
+            return
+        rows = []
+        for conv, turn, text in found:
+            now = tx.events(conv, [turn]).get(turn)
+            if now is not None and now.text == text and not now.deleted:  # as read
+                rows.append(now)
+        cleaned = [clean_text(e.text) for e in rows]
+        counts = embedder.count_tokens(cleaned) if cleaned else []
+        changed: dict[str, list[EventRow]] = {}
+        for e, text, tokens in zip(rows, cleaned, counts, strict=True):
+            changed.setdefault(e.conversation_id, []).append(
+                replace(e, clean_text=text, tokens=tokens)
+            )
+        for conv, again in changed.items():  # as an edit: a change the worker builds
+            tx.put_events(again, tx.record_change(conv, turns=len(again)))
+        tx.set_meta("text_form", TEXT_FORM)
+    if cleaned:
+        log.info("turns_cleaned_again", turns=len(cleaned), conversations=len(changed))
 
 
 def follow_store_identity(events: EventLog, identity: str) -> None:

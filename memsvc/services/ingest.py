@@ -16,7 +16,7 @@ from memsvc.domain.oversize import Oversize
 from memsvc.domain.pages import cut, token_position, utf8_size
 from memsvc.domain.pages import page_token as make_token
 from memsvc.domain.records import Conversation, EventRow
-from memsvc.domain.text import clean_text, normal_id
+from memsvc.domain.text import clean_text, normal_id, normal_name
 from memsvc.domain.types import (
     REASON_DELETED,
     REASON_LAST_TURN_MOVED,
@@ -259,11 +259,11 @@ class IngestService:
                 conversation_id=e.conversation_id,
                 turn_id=e.turn_id,
                 speaker=e.speaker,
-                speaker_name=clean_text(e.speaker_name),
+                speaker_name=normal_name(e.speaker_name),
                 text=e.text,
                 clean_text=c,
                 timestamp=e.timestamp,
-                participants=tuple(clean_text(p) for p in e.participants),
+                participants=tuple(normal_name(p) for p in e.participants),
                 tokens=n,
                 payload=e.payload,
             )

@@ -271,6 +271,17 @@ class SqlLog(LayoutQueries, WorkQueries):
         rows = self.sql.rows("SELECT conversation_id, turn_id, clean_text FROM events")
         return [(str(r[0]), int(r[1]), str(r[2])) for r in rows]
 
+    def event_texts_after(
+        self, conversation_id: str, turn_id: int, limit: int
+    ) -> list[tuple[str, int, str, str]]:
+        rows = self.sql.rows(
+            "SELECT conversation_id, turn_id, text, clean_text FROM events"
+            " WHERE conversation_id > ? OR (conversation_id = ? AND turn_id > ?)"
+            " ORDER BY conversation_id, turn_id LIMIT ?",
+            (conversation_id, conversation_id, turn_id, limit),
+        )
+        return [(str(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in rows]
+
     def set_tokens(self, rows: Iterable[tuple[int, str, int]]) -> None:
         self.sql.many(
             "UPDATE events SET tokens = ? WHERE conversation_id = ? AND turn_id = ?", rows
