@@ -20,6 +20,9 @@ from memsvc.storage.sql.connection import Database, Row, Sql, chunked, marks
 from memsvc.storage.sql.eventlog import SqlLog
 from memsvc.storage.sql.work import TRACE_LINKS_CHARS, prefix_match
 
+# The states of conversations with work: few at any time, whatever the number held.
+_AT_WORK = ("pending", "indexing", "failed")
+
 _COLS = (
     "q.conversation_id, q.state, q.active_version, q.building_version, q.dirty, q.attempts,"
     " q.last_error, q.last_indexed_turn,"
@@ -300,27 +303,37 @@ class SqlIndexQueue:
 
     def counts(self, prefixes: Sequence[str] = ()) -> dict[str, tuple[int, int]]:
         """By state: (conversations, backlog), over every conversation or those within
-        `prefixes`, in one query."""
+        `prefixes`. Only the conversations with work are read, through the state index;
+        idle ones are the rest of a count (none has a backlog), so totals do not read
+        every conversation's row with every status call (issue 65: 34 ms at 100,000)."""
         clause, params = prefix_match(prefixes) if prefixes else ("1 = 1", [])
         with self.database.snapshot() as sql:
+            total = sql.one(f"SELECT COUNT(*) FROM conversations WHERE {clause}", params)
             rows = sql.rows(
-                f"SELECT state, COUNT(*), SUM(dirty) FROM conversations WHERE {clause}"
-                " GROUP BY state",
-                params,
+                "SELECT state, COUNT(*), SUM(dirty) FROM conversations"
+                f" WHERE state IN ({marks(len(_AT_WORK))}) AND {clause} GROUP BY state",
+                [*_AT_WORK, *params],
             )
-        return {str(r[0]): (int(r[1]), int(r[2] or 0)) for r in rows}
+        found = {str(r[0]): (int(r[1]), int(r[2] or 0)) for r in rows}
+        idle = (int(total[0]) if total else 0) - sum(n for n, _ in found.values())
+        return found | ({"idle": (idle, 0)} if idle else {})
 
     def gauges(self) -> QueueGauges:
-        """Totals for monitoring, in one query."""
+        """Totals for monitoring, reading only the conversations with work (as `counts`)."""
         with self.database.snapshot() as sql:
+            total = sql.one("SELECT COUNT(*) FROM conversations")
             rows = sql.rows(
                 "SELECT state, COUNT(*), SUM(dirty), MIN(CASE WHEN pending_since > 0"
-                " THEN pending_since END) FROM conversations GROUP BY state"
+                f" THEN pending_since END) FROM conversations WHERE state IN"
+                f" ({marks(len(_AT_WORK))}) GROUP BY state",
+                list(_AT_WORK),
             )
-        oldest = [float(r[3]) for r in rows if r[3] is not None and r[0] != "idle"]
+        oldest = [float(r[3]) for r in rows if r[3] is not None]
+        by_state = {str(r[0]): int(r[1]) for r in rows}
+        idle = (int(total[0]) if total else 0) - sum(by_state.values())
         return QueueGauges(
             backlog=sum(int(r[2] or 0) for r in rows),
-            by_state={str(r[0]): int(r[1]) for r in rows},
+            by_state=by_state | ({"idle": idle} if idle else {}),
             oldest_pending_since=min(oldest) if oldest else None,
         )
 
