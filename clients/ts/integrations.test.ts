@@ -71,6 +71,20 @@ test("agents: popItem takes the newest, then the next; empty gives undefined", a
   assert.deepEqual(await session.getItems(), [user("three")]);
 });
 
+test("agents: turns holding no item are skipped by getItems and dropped by popItem", async () => {
+  // as the Python session (and the SDK's SQLiteSession, whose tests insert corrupt rows)
+  const session = new MemsvcSession(client, "agents-corrupt");
+  await session.addItems([user("valid 0"), user("valid 1"), user("valid 2")]);
+  const reply = await client.appendEvents({
+    events: [{ conversationId: "agents-corrupt", speaker: "user", text: "x", payload: "{{{" }],
+    assignTurnIds: true,
+  });
+  assert.equal(reply.errors.length, 0);
+  assert.deepEqual(await session.getItems(2), [user("valid 1"), user("valid 2")]);
+  assert.deepEqual(await session.popItem(), user("valid 2"));
+  assert.deepEqual(await session.getItems(), [user("valid 0"), user("valid 1")]);
+});
+
 test("agents: clearSession empties it, and a session never written clears quietly", async () => {
   const session = new MemsvcSession(client, "agents-clear");
   await session.clearSession();

@@ -6,7 +6,42 @@ calls and structured content, an agent run whose second turn sees the first, two
 processes writing one session, and deletes that stay deleted.
 
 The model is a scripted stand-in (the SDK's `Model` interface, no network): the subject
-here is the session, not the model."""
+here is the session, not the model.
+
+The SDK's own cases (openai-agents 0.24.0, pinned in clients/python/constraints.txt;
+tests/memory/test_session.py and test_session_limit.py), and where each lives here:
+- memory_basic_functionality, with_explicit_instance (run, run_sync, run_streamed):
+  test_an_agent_remembers_across_runs_with_a_tool_call (run; the three methods call the
+  same session methods).
+- memory_different_sessions, memory_pop_different_sessions: test_pop_in_order_and_per_session.
+- sqlite_session_memory_direct: test_add_get_and_clear. memory_pop_item: test_pop_in_order_...
+- get_items_with_limit, session_limit_parameter, _limit_zero, _limit_none_gets_all_history,
+  _limit_larger_than_history: test_limits_give_the_latest_in_order.
+- pop_item_skips_corrupt_most_recent, pop_item_returns_none_after_dropping_only_corrupt_rows:
+  test_pop_skips_corrupt_newest_items. get_items_limit_skips_corrupt_newest_rows,
+  get_items_session_settings_limit_skips_corrupt_rows: test_a_limit_counts_items_past_...
+- unicode_content, special_characters_and_sql_injection:
+  test_unicode_and_special_characters_round_trip.
+- concurrent_access: test_two_processes_share_one_session_and_lose_nothing (processes, not
+  tasks: the stronger case).
+- session_settings_default, _constructor, _constructor_normalizes_dictionary,
+  _rejects_unknown_dictionary_fields, _resolve, get_items_uses_session_settings_limit,
+  get_items_explicit_limit_overrides_session_settings: test_session_settings_as_the_sdk_...
+Not applicable, with why:
+- await_mutation_cancellation_hides_later_failure_without_loop_error, close_closes_worker_
+  thread_connections, file_lock_is_shared_across_instances, failed_add_items_releases_write_
+  lock, failed_clear_session_rolls_back, failed_pop_item_releases_write_lock, rollback_
+  failure_evicts_connection, close_retries_quarantined_connection, post_commit_cancellation_
+  propagates_after_known_outcome: SQLiteSession's own threads, file locks and transactions.
+  Here memsvc holds the conversation while it writes; a write it refuses writes nothing and
+  raises RefusedEvents (test_a_run_whose_tool_returns_a_huge_output_keeps_every_item).
+- closed_rejects_empty_add_items: `close()` releases this session's channel and a later
+  call opens another (a network client), so a closed session is not an error.
+- memory_disabled, appends_list_input_by_default, callback_prepared_input, callback_
+  repeating_history_does_not_grow_session, add_items_exception_propagates_in_streamed,
+  runner_with_session_settings_override, session_limit_drops_unmatched_history_function_
+  call_output: the Runner's handling of its input and callbacks, the same whatever the
+  session; what it asks of the session (get_items with a limit, add_items) is covered above."""
 
 from __future__ import annotations
 
@@ -21,7 +56,9 @@ from agents.memory import Session
 from agents.models.interface import Model
 from agents.usage import Usage
 from memsvc_client import MemoryClient
+from memsvc_client.client import written
 from memsvc_client.integrations.openai_agents import MemsvcSession
+from memsvc_client.v1 import memory_pb2 as pb
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -131,6 +168,70 @@ class SessionProtocolTest(ServerTestCase):
             self.assertEqual(await session.get_items(limit=4), items[-4:])
             self.assertEqual(await session.get_items(limit=10), items)
             self.assertEqual(await session.get_items(limit=0), [])
+
+        asyncio.run(flow())
+
+    def corrupt_turn(self, session: MemsvcSession) -> None:
+        """A turn another client wrote into the session with a payload that is not an
+        item's JSON (the upstream tests insert such a row into SQLiteSession's table)."""
+        with MemoryClient(self.target, token=WRITER) as client:
+            bad = pb.MemoryEvent(
+                conversation_id=session.session_id,
+                speaker="user",
+                text="not an item",
+                payload="not valid json {{{",
+            )
+            written(client.append([bad], assign_turn_ids=True))
+
+    def test_pop_skips_corrupt_newest_items(self) -> None:
+        # test_sqlite_session_pop_item_skips_corrupt_most_recent and
+        # ..._returns_none_after_dropping_only_corrupt_rows
+        async def flow() -> None:
+            session, only = self.session("pop-corrupt"), self.session("pop-only-corrupt")
+            valid: TResponseInputItem = {"role": "user", "content": "valid"}
+            await session.add_items([valid])
+            self.corrupt_turn(session)
+            self.assertEqual(await session.pop_item(), valid)
+            self.assertEqual(await session.get_items(), [])
+            self.corrupt_turn(only)
+            self.assertIsNone(await only.pop_item())
+            self.assertEqual(await only.get_items(), [])
+
+        asyncio.run(flow())
+
+    def test_a_limit_counts_items_past_corrupt_newest_ones(self) -> None:
+        # test_sqlite_session_get_items_limit_skips_corrupt_newest_rows and
+        # ..._session_settings_limit_skips_corrupt_rows
+        async def flow() -> None:
+            session = self.session("limit-corrupt")
+            items: list[TResponseInputItem] = [
+                {"role": "user" if i % 2 == 0 else "assistant", "content": f"valid {i}"}
+                for i in range(3)
+            ]
+            await session.add_items(items)
+            self.corrupt_turn(session)
+            self.corrupt_turn(session)
+            self.assertEqual(await session.get_items(limit=2), items[1:])
+            self.assertEqual(await session.get_items(), items)
+            settled = MemsvcSession(
+                session.session_id, self.target, token=WRITER, session_settings={"limit": 2}
+            )
+            self.assertEqual(await settled.get_items(), items[1:])
+
+        asyncio.run(flow())
+
+    def test_unicode_and_special_characters_round_trip(self) -> None:
+        # test_sqlite_session_unicode_content, ..._special_characters_and_sql_injection
+        async def flow() -> None:
+            session = self.session("unicode")
+            items: list[TResponseInputItem] = [
+                {"role": "user", "content": "こんにちは 你好，护照放哪了？ 😊👍"},
+                {"role": "assistant", "content": "Привет Ω≈ç√ \\ \"quoted\" 'single'"},
+                {"role": "user", "content": "O'Reilly'); DROP TABLE messages; --"},
+                {"role": "assistant", "content": "%s %d {0} ${x} <script>alert(1)</script>"},
+            ]
+            await session.add_items(items)
+            self.assertEqual(await session.get_items(), items)
 
         asyncio.run(flow())
 

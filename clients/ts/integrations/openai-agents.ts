@@ -74,10 +74,23 @@ export function textOf(item: AgentInputItem): string {
   return text || `[${String(fields.type ?? fields.role ?? "item")}]`;
 }
 
-function itemOf(event: MemoryEvent): AgentInputItem {
-  if (event.payload) return JSON.parse(event.payload) as AgentInputItem;
+function itemOf(event: MemoryEvent): AgentInputItem | undefined {
   // a turn written by another client: a message with what it says
-  return { role: event.speaker, content: event.text } as AgentInputItem;
+  if (!event.payload) return { role: event.speaker, content: event.text } as AgentInputItem;
+  try {
+    const item: unknown = JSON.parse(event.payload);
+    // not an item's JSON (another client's payload): skipped, as the SDK's stores skip rows
+    // they cannot parse
+    return item !== null && typeof item === "object" && !Array.isArray(item)
+      ? (item as AgentInputItem)
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function itemsOf(events: MemoryEvent[]): AgentInputItem[] {
+  return events.map(itemOf).filter((i): i is AgentInputItem => i !== undefined);
 }
 
 // Cut by characters (code points), as the server counts them, never inside a surrogate pair.
@@ -114,9 +127,15 @@ export class MemsvcSession implements Session {
 
   async getItems(limit?: number): Promise<AgentInputItem[]> {
     if (limit !== undefined && limit <= 0) return [];
-    const events = await this.events(limit ?? 0);
-    // the slice keeps a 0.1 server (which ignores `last`) exact
-    return (limit === undefined ? events : events.slice(-limit)).map(itemOf);
+    if (limit === undefined) return itemsOf(await this.events());
+    // a limit counts items: past turns that hold none, read further back
+    for (let wanted = limit; ; ) {
+      // the slice keeps a 0.1 server (which ignores `last`) exact
+      const events = (await this.events(wanted)).slice(-wanted);
+      const items = itemsOf(events);
+      if (items.length >= limit || events.length < wanted) return items.slice(-limit);
+      wanted += limit - items.length;
+    }
   }
 
   async addItems(items: AgentInputItem[]): Promise<void> {
@@ -150,8 +169,10 @@ export class MemsvcSession implements Session {
         turnRange: turns,
         deferStore: true, // the log's deletion only: milliseconds, whatever the backlog
       });
-      if (deleted.eventsDeleted > 0) return itemOf(newest);
-      // another process popped it first: the next newest is ours to take
+      const item = itemOf(newest);
+      if (deleted.eventsDeleted > 0 && item !== undefined) return item;
+      // a turn holding no item is dropped, and one another process popped first is
+      // theirs: the next newest is ours to take
     }
   }
 

@@ -28,6 +28,10 @@ How the SDK's items map onto memsvc:
   `get_items` its default limit; 0 reads nothing, a negative limit everything.
 - `get_items(limit)` reads only the newest `limit` turns (`ExportEventsRequest.last`), and
   `pop_item` only the newest one: neither grows with the conversation.
+- A turn whose payload is not a JSON object (written by another client) is skipped, as
+  `SQLiteSession` skips rows it cannot parse: `get_items(limit)` counts only items and
+  reads further back past such turns, and `pop_item` deletes them on its way to the newest
+  item. A turn with no payload (plain text from another client) reads as a message.
 - `pop_item` deletes the newest live turn and returns its item; `clear_session` deletes
   every turn. Both return once the log holds the deletion (`defer_store`: milliseconds,
   whatever the indexing backlog, as the SDK's own sessions pop); the store follows in the
@@ -92,12 +96,17 @@ def text_of(item: Mapping[str, Any]) -> str:
     return text or f"[{item.get('type') or item.get('role') or 'item'}]"
 
 
-def _item_of(event: pb.MemoryEvent) -> TResponseInputItem:
-    """The item a turn holds: its payload, or (a turn written by another client) a message."""
-    if event.payload:
-        item: TResponseInputItem = json.loads(event.payload)
-        return item
-    return {"role": event.speaker, "content": event.text}  # type: ignore[return-value,misc]
+def _item_of(event: pb.MemoryEvent) -> TResponseInputItem | None:
+    """The item a turn holds: its payload, or (a turn written by another client) a message;
+    None for a payload that is not a JSON object (corrupt: skipped, as SQLiteSession skips
+    rows it cannot parse)."""
+    if not event.payload:
+        return {"role": event.speaker, "content": event.text}  # type: ignore[return-value]
+    try:
+        item = json.loads(event.payload)
+    except ValueError:
+        return None
+    return item if isinstance(item, dict) else None  # type: ignore[return-value]
 
 
 class MemsvcSession:
@@ -132,11 +141,17 @@ class MemsvcSession:
             limit = None  # as SQLiteSession reads a negative limit: every item
         if limit == 0:
             return []
-        # the server reads only the newest `limit`; the slice keeps older servers exact
-        events = await self._client.export(self.session_id, last=limit or 0)
-        if limit is not None:
-            events = events[-limit:]
-        return [_item_of(e) for e in events]
+        # the server reads only the newest turns; the slice keeps older servers exact. A
+        # limit counts items: past corrupt newest turns, read further back.
+        wanted = limit or 0
+        while True:
+            events = await self._client.export(self.session_id, last=wanted)
+            if wanted:
+                events = events[-wanted:]
+            items = [i for i in map(_item_of, events) if i is not None]
+            if limit is None or len(items) >= limit or len(events) < wanted:
+                return items if limit is None else items[-limit:]
+            wanted += limit - len(items)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         if not items:
@@ -166,9 +181,11 @@ class MemsvcSession:
             deleted = await self._client.delete(
                 self.session_id, (newest.turn_id, newest.turn_id), defer_store=True
             )
-            if deleted.events_deleted:
-                return _item_of(newest)
-            # another process popped it first: the next newest is ours to take
+            item = _item_of(newest)
+            if deleted.events_deleted and item is not None:
+                return item
+            # a corrupt item is dropped (as SQLiteSession drops it), and one another process
+            # popped first is theirs: the next newest is ours to take
 
     async def clear_session(self) -> None:
         try:
