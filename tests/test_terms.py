@@ -24,3 +24,14 @@ def test_chinese_matches_by_two_character_pieces() -> None:
     assert matched_terms("周末爬山", text) == ("周末", "爬山")
     assert matched_terms("山", text) == ("山",)
     assert matched_terms("海边", text) == ()
+
+
+def test_japanese_and_latin_words_inside_it() -> None:
+    # ADK's memory-service cases (issue 63): a Latin word inside Japanese text is a word of
+    # its own, kana match by pieces as Chinese does, and a decomposed é is the composed one
+    text = "私はCafe\u0301でADKを使っています"
+    assert matched_terms("Café", text) == ("café",)
+    assert matched_terms("adk", text) == ("adk",)
+    assert matched_terms("使って", text) == ("使っ", "って")
+    assert matched_terms("プログラミング", "プログラミングを学ぶ")[0] == "プロ"
+    assert matched_terms("天気", "私の名前は太郎です") == ()

@@ -1,16 +1,22 @@
 """The words of a text that match a query, as a reader would highlight them (a search's
 explanation). An approximation of the keyword analyzer (jieba words, lower-cased, English
 stemmed), without the analyzer: a text word matches a query word it equals or shares its
-stem with, and a Chinese query matches by its two-character pieces. Very common English
+stem with, and a Chinese or Japanese query (scripts written without spaces) matches by its
+two-character pieces. Both are read in NFKC, so a decomposed "Café" is "Café". Very common English
 words are left out: they match nearly every text and explain nothing. The words come as
 the text has them (lower-cased), so a page can mark them without stemming anything."""
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 _WORD = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
-_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+# Runs of scripts written without spaces between words: Han, hiragana and katakana. A Latin
+# word inside one ("私はPythonで") is a word of its own.
+_CJK_RUN = re.compile(
+    r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]+"
+)
 # English suffixes the Snowball stemmer removes most often, longest first.
 _SUFFIXES = ("ations", "ation", "ings", "ing", "ed", "es", "s")
 _COMMON = frozenset(
@@ -39,7 +45,8 @@ def _latin_words(text: str) -> list[str]:
 
 def matched_terms(query: str, text: str) -> tuple[str, ...]:
     """The words of `text` that match a word of `query`, lower-cased, each once, in text
-    order; then the query's Chinese pieces that `text` holds."""
+    order; then the query's Chinese and Japanese pieces that `text` holds."""
+    query, text = unicodedata.normalize("NFKC", query), unicodedata.normalize("NFKC", text)
     asked = [w for w in _latin_words(query) if w not in _COMMON]
     exact, stems = set(asked), {stem(w) for w in asked}
     found: list[str] = []
