@@ -31,15 +31,19 @@ How ADK's types map onto memsvc:
   still missing.
 - `search_memory` returns nothing when nothing matches, as `InMemoryMemoryService` does: a
   hit is kept when it shares a word with the query (memsvc's keyword analyzer: English
-  stemmed, very common English words left out, Chinese by two-character pieces) or its
-  cosine similarity with the query reaches `min_similarity` (default 0.35: on the bundled
-  all-MiniLM-L6-v2, 99 % of other conversations' turns score below it for LoCoMo dev
-  questions, and every evidence turn sharing no word with its question above it; a model
-  whose unrelated texts score higher, as bge-small-zh's do, needs a higher floor; None
-  keeps every hit).
+  stemmed, very common English words left out, Chinese and Japanese by two-character
+  pieces) or its cosine similarity with the query reaches `min_similarity` (default 0.35:
+  on the bundled all-MiniLM-L6-v2, 99 % of other conversations' turns score below it for
+  LoCoMo dev questions, and every evidence turn sharing no word with its question above
+  it; a model whose unrelated texts score higher, as bge-small-zh's do, needs a higher
+  floor; None keeps every hit). The English model reads Chinese and Japanese poorly: two
+  unrelated texts in those scripts can pass the floor on similarity alone.
 - `search_memory` returns one `MemoryEntry` per event, as `InMemoryMemoryService` does: the
-  events of memsvc's hits (standing instructions first, then by score; each hit's turns in
-  order, each event once), at most `top_k` of them, each read back from memsvc exactly as
+  events of memsvc's hits (standing instructions first, then by score; each event once).
+  A hit is a chunk of several events: of a hit that shares words with the query, the
+  events holding those words, the most first (then in turn order), as
+  `InMemoryMemoryService` matches and ranks events; of a hit kept by similarity alone,
+  all its events. At most `top_k` of them, each read back from memsvc exactly as
   added: its content, author and timestamp are the event's, its id the event's id.
   `delete_memory(memory_id=...)` deletes that one event (its neighbours stay): it is never
   found or returned again, and adding the session again does not add it back, as with
@@ -53,6 +57,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -74,6 +80,12 @@ if TYPE_CHECKING:
 MEMORY_ID_PREFIX = "turns:"
 # where a user's deleted event ids are kept: no encoded or plain id part is "%deleted"
 DELETED_SUFFIX = "/%deleted"
+# What memsvc's explanation calls a word (memsvc.domain.terms): a run of letters or of
+# digits, scripts written without spaces (Han, kana) cut out, whose terms are pieces.
+_WORD = re.compile(r"[^\W\d_]+|\d+")
+_UNSPACED = re.compile(
+    r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]+"
+)
 # an add that finds its user's memory moved by another writer reads it again, this often
 ADD_ATTEMPTS = 20
 LAST_TURN_MOVED = "last_turn_moved"  # memsvc's reason for a compare-and-append refused
@@ -124,6 +136,16 @@ def events_key(events: Sequence[Event], last_turn: int) -> str:
 def event_id(turn: pb.MemoryEvent) -> str:
     """The ADK event id a turn was added from ("" for a turn without one)."""
     return str(json.loads(turn.payload).get("id", "")) if turn.payload else ""
+
+
+def holds(text: str, term: str) -> bool:
+    """Whether `text` holds one of a hit's matched terms (lower-cased words as the text has
+    them; for Chinese and Japanese, two-character pieces): a Latin word as a whole word,
+    a piece anywhere."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    if _UNSPACED.fullmatch(term):
+        return term in text
+    return term in _WORD.findall(_UNSPACED.sub(" ", text))
 
 
 def covered(hit: pb.Hit) -> list[int]:
@@ -243,11 +265,25 @@ class MemsvcMemoryService(BaseMemoryService):
         seen: set[int] = set()
         for hit, turns, events in zip(hits, spans, read, strict=True):
             wanted = set(turns)
-            for turn in events:
-                if turn.turn_id in wanted and turn.turn_id not in seen and turn.payload:
-                    seen.add(turn.turn_id)
-                    memories.append(to_entry(hit, turn))
+            said = [t for t in events if t.turn_id in wanted and t.turn_id not in seen]
+            for turn in self._answering(hit, [t for t in said if t.payload]):
+                seen.add(turn.turn_id)
+                memories.append(to_entry(hit, turn))
         return SearchMemoryResponse(memories=memories[: self.top_k])
+
+    def _answering(self, hit: pb.Hit, turns: list[pb.MemoryEvent]) -> list[pb.MemoryEvent]:
+        """The events of a hit (a chunk of several) that answer the query, as
+        InMemoryMemoryService matches events: those holding a word the query shares with
+        the hit, the most such words first (then in turn order). A hit kept by similarity
+        alone gives all its events; so does a search without the floor."""
+        terms = hit.explanation.matched_terms
+        if self.min_similarity is None or not terms:
+            return turns
+        counted = [(sum(holds(t.text, w) for w in terms), t) for t in turns]
+        found = [(n, t) for n, t in counted if n]
+        if not found:  # the words were in the chunk's context line only
+            return turns if hit.explanation.dense_score >= self.min_similarity else []
+        return [t for _, t in sorted(found, key=lambda pair: -pair[0])]
 
     def _matches(self, hit: pb.Hit) -> bool:
         if self.min_similarity is None:
