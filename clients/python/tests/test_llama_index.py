@@ -12,6 +12,7 @@ import asyncio
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.memory import Memory
+from llama_index.core.prompts import RichPromptTemplate
 from memsvc_client import MemoryClient
 from memsvc_client.integrations.llama_index import MemsvcMemoryBlock
 
@@ -122,6 +123,55 @@ class MemoryBlockTest(ServerTestCase):
             return found
 
         self.assertIn("6081", asyncio.run(run()))
+
+    def test_vector_memory_block_cases(self) -> None:
+        # llama-index-core's tests/memory/blocks/test_vector.py (VectorMemoryBlock):
+        # test_vector_memory_block_get, test_empty_messages, test_retrieval_context_window,
+        # test_format_template. Also there: _put (here test_flushed_messages_are_turns_...),
+        # test_message_without_text (here test_a_message_with_nothing_to_remember_...).
+        # Not applicable: test_node_postprocessors (memsvc returns hits, not LlamaIndex
+        # nodes; what a hit says is the server's chunk).
+        history = [
+            ChatMessage(role=MessageRole.USER, content="What's the capital of France?"),
+            ChatMessage(role=MessageRole.ASSISTANT, content="The capital of France is Paris."),
+            ChatMessage(role=MessageRole.USER, content="What about Germany?"),
+            ChatMessage(role=MessageRole.ASSISTANT, content="The capital of Germany is Berlin."),
+        ]
+
+        async def run() -> tuple[str, str, list[ChatMessage], str, str]:
+            block = self.block(conversation_id="li-vector")
+            empty = await block.aget(messages=[])
+            await block.aput(messages=[])
+            nothing = await block.messages("li-vector")
+            await block.aput(messages=history)
+            paris = await block.aget(
+                messages=[ChatMessage(role=MessageRole.USER, content="Tell me about Paris.")]
+            )
+            windowed = self.block(conversation_id="li-vector", retrieval_context_window=2)
+            germany = await windowed.aget(
+                messages=[
+                    ChatMessage(role=MessageRole.USER, content="What about the UK?"),
+                    ChatMessage(role=MessageRole.ASSISTANT, content="The UK's is London."),
+                    ChatMessage(role=MessageRole.USER, content="And Germany?"),
+                ]
+            )
+            templated = self.block(
+                conversation_id="li-vector",
+                format_template=RichPromptTemplate("Relevant context: {{ text }}"),
+            )
+            custom = await templated.aget(
+                messages=[ChatMessage(role=MessageRole.USER, content="Tell me about Paris.")]
+            )
+            for b in (block, windowed, templated):
+                await b.close()
+            return empty, paris, nothing, germany, custom
+
+        empty, paris, nothing, germany, custom = asyncio.run(run())
+        self.assertEqual((empty, nothing), ("", []))
+        self.assertIn("capital of France is Paris", paris)
+        self.assertIn("Berlin", germany)
+        self.assertTrue(custom.startswith("Relevant context:"))
+        self.assertIn("capital of France is Paris", custom)
 
     def test_a_message_with_nothing_to_remember_is_not_stored(self) -> None:
         # issue 63, item 9: an empty message was stored as a "[user]" turn; VectorMemoryBlock

@@ -26,7 +26,9 @@ How LlamaIndex's types map onto memsvc:
   text and nothing else is not stored (as `VectorMemoryBlock`).
 - `aget` searches the conversation with the text of the last `retrieval_context_window`
   messages (`top_k` hits, memsvc's default hybrid mode), and lists standing instructions
-  the server returns apart ("always answer in metric units") before the hits.
+  the server returns apart ("always answer in metric units") before the hits, through
+  `format_template` (as `VectorMemoryBlock`'s: `{{ text }}` by default); "" when nothing
+  is found.
 - `clear()` deletes the conversation's turns (they never come back); `purge()` erases their
   text (an admin token).
 """
@@ -38,6 +40,7 @@ from typing import Any
 import grpc
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 from llama_index.core.memory.memory import BaseMemoryBlock
+from llama_index.core.prompts import BasePromptTemplate, RichPromptTemplate
 from pydantic import Field, PrivateAttr
 
 from memsvc_client.aio import AsyncMemoryClient
@@ -95,6 +98,11 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
     max_text_chars: int = Field(
         default=100_000, description="Searchable text per message, at most (the payload is whole)."
     )
+    format_template: BasePromptTemplate = Field(
+        default=RichPromptTemplate("{{ text }}"),
+        description="Template for what aget returns (its `text`: the lines below), as"
+        " VectorMemoryBlock's.",
+    )
     wait: bool = Field(
         default=True,
         description="aput returns once the messages are searchable, so the next aget finds"
@@ -134,7 +142,7 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
             lines += ["Standing instructions:", *(describe(h) for h in reply.standing)]
         if reply.hits:
             lines += ["From earlier in the conversation:", *(describe(h) for h in reply.hits)]
-        return "\n".join(lines)
+        return self.format_template.format(text="\n".join(lines)) if lines else ""
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
         if not messages:
