@@ -232,7 +232,14 @@ def errors_page() -> str:
 _TYPES = {v: k[5:].lower() for k, v in descriptor_pb2.FieldDescriptorProto.Type.items()}
 
 
-def _type_of(field: descriptor_pb2.FieldDescriptorProto) -> str:
+def _type_of(
+    field: descriptor_pb2.FieldDescriptorProto,
+    maps: dict[str, descriptor_pb2.DescriptorProto] | None = None,
+) -> str:
+    entry = (maps or {}).get(field.type_name.rpartition(".")[2])
+    if entry is not None:  # map<K, V>
+        key, value = (next(f for f in entry.field if f.name == n) for n in ("key", "value"))
+        return f"`map<{_type_of(key)}, {_type_of(value)}>`"
     name = field.type_name.rpartition(".")[2] if field.type_name else _TYPES[field.type]
     if field.type_name:
         name = f"[{name}](#{name.lower()})"
@@ -272,10 +279,11 @@ def api_page() -> str:
     ]
     for i, message in enumerate(file.message_type):
         lines += ["", f"### {message.name}", "", said.get((4, i), ""), ""]
+        maps = {n.name: n for n in message.nested_type if n.options.map_entry}
         lines += _table(
             ["field", "type", "meaning"],
             [
-                [f"`{f.name}` ({f.number})", _type_of(f), said.get((4, i, 2, j), "")]
+                [f"`{f.name}` ({f.number})", _type_of(f, maps), said.get((4, i, 2, j), "")]
                 for j, f in enumerate(message.field)
             ],
         )

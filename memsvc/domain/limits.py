@@ -33,6 +33,7 @@ MAX_INTENT_TAG_CHARS = 64
 MAX_QUERY_CHARS = 4096
 MAX_BATCH_TEXTS = 256
 MAX_TOP_K = 100
+MAX_POP_EVENTS = 100  # turns one PopEvents may delete and return
 # A request message, by default (MEMSVC_MAX_REQUEST_MB): gRPC and HTTP read it whole first.
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 # A response message, at most (gRPC's send limit on the server): every memsvc client (the

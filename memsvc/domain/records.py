@@ -9,7 +9,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from memsvc.domain.types import ChunkRecord
+from memsvc.domain.pages import utf8_size
+from memsvc.domain.types import ChunkRecord, MemoryEvent
 
 # Tokens a BERT-style model reads when its config names no position limit.
 DEFAULT_MAX_TOKENS = 512
@@ -50,6 +51,30 @@ class EventRow:
     tokens: int
     deleted: bool = False
     payload: str = ""
+
+    def as_appended(self) -> MemoryEvent:
+        """The turn as it was appended (what export and a pop return)."""
+        return MemoryEvent(
+            conversation_id=self.conversation_id,
+            turn_id=self.turn_id,
+            speaker=self.speaker,
+            text=self.text,
+            timestamp=self.timestamp,
+            participants=tuple(self.participants),
+            speaker_name=self.speaker_name,
+            payload=self.payload,
+        )
+
+    def size(self) -> int:
+        """Its bytes in a page (export, pop)."""
+        return utf8_size(
+            self.conversation_id,
+            self.text,
+            self.payload,
+            self.timestamp,
+            self.speaker_name,
+            *self.participants,
+        )
 
     def same_content(self, other: EventRow) -> bool:
         if self.payload != other.payload:

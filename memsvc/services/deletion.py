@@ -16,7 +16,17 @@ import structlog
 from memsvc.domain import validation
 from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import FailedPrecondition, InvalidArgument
-from memsvc.domain.types import REASON_UNKNOWN, ChunkRecord, DeleteResult, RecordError, TurnRange
+from memsvc.domain.limits import MAX_POP_EVENTS
+from memsvc.domain.pages import cut
+from memsvc.domain.records import EventRow
+from memsvc.domain.types import (
+    REASON_UNKNOWN,
+    ChunkRecord,
+    DeleteResult,
+    MemoryEvent,
+    RecordError,
+    TurnRange,
+)
 from memsvc.observability import metrics
 from memsvc.ports import ChunkStore, EventLog, Notifier, Span, WriterLocks
 from memsvc.services.projection import Projector
@@ -88,6 +98,32 @@ class DeletionService:
             reconciled = self.projector.reconcile(conv)
         self._store_neighbours(conv, reconciled.pending)
         return DeleteResult(reconciled.hidden, events_deleted, errors)
+
+    # -- PopEvents --------------------------------------------------------------------------
+    def pop(self, conversation_id: str, count: int, access: Access = FULL) -> list[MemoryEvent]:
+        """Delete the conversation's newest live turns, `count` of them (0: one) or fewer
+        within PAGE_BYTES (the newest always), and return them as appended, in turn order:
+        a session rewinding. One transaction that takes the conversation's row before it
+        reads which turns are newest, so callers popping at once get different turns; the
+        store follows as after a deferred delete."""
+        conv = validation.conversation_id(conversation_id, "conversation_id")
+        access.check(conv, "conversation_id")
+        if not 0 <= count <= MAX_POP_EVENTS:
+            raise InvalidArgument("count", f"must be 0 (= 1) to {MAX_POP_EVENTS}")
+        wanted = count or 1
+        with self.log.snapshot() as r:
+            if r.nth_newest_live_turn(conv, 1) is None:  # nothing to pop: no work recorded
+                return []
+        with self.log.transaction() as tx:
+            seq = tx.record_change(conv, reconcile=True)  # holds the row from here
+            first = tx.nth_newest_live_turn(conv, wanted)
+            newest = tx.events_after(conv, -1 if first is None else first - 1, wanted)
+            popped, _ = cut(reversed(newest), EventRow.size, wanted)  # from the newest
+            popped.reverse()
+            if popped:
+                tx.mark_events_deleted(conv, [(popped[0].turn_id, popped[-1].turn_id)], seq)
+        self.notifier.notify()
+        return [e.as_appended() for e in popped]
 
     def _store_neighbours(self, conv: str, pending: Sequence[ChunkRecord]) -> None:
         """Store the surviving neighbours' new chunks and settle. The model runs outside the

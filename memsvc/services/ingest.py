@@ -327,20 +327,8 @@ class IngestService:
             rows_read = _live_events(r, conv, after)
             if turns is not None:
                 rows_read = itertools.takewhile(lambda e: e.turn_id <= turns.end, rows_read)
-            rows, more = cut(rows_read, _event_size, size)
-        page = [
-            MemoryEvent(
-                conversation_id=e.conversation_id,
-                turn_id=e.turn_id,
-                speaker=e.speaker,
-                text=e.text,
-                timestamp=e.timestamp,
-                participants=tuple(e.participants),
-                speaker_name=e.speaker_name,
-                payload=e.payload,
-            )
-            for e in rows
-        ]
+            rows, more = cut(rows_read, EventRow.size, size)
+        page = [e.as_appended() for e in rows]
         token = make_token("t", str(page[-1].turn_id)) if more else ""
         return page, token
 
@@ -419,12 +407,6 @@ def _live_events(r: LogReader, conv: str, after: int) -> Iterator[EventRow]:
         if len(rows) < EXPORT_READ_BATCH:
             return
         after = rows[-1].turn_id
-
-
-def _event_size(e: EventRow) -> int:
-    return utf8_size(
-        e.conversation_id, e.text, e.payload, e.timestamp, e.speaker_name, *e.participants
-    )
 
 
 def _chunk_size(r: ChunkRecord) -> int:

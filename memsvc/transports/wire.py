@@ -9,7 +9,7 @@ parsed JSON, before it becomes a message. Each refusal names the field."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from memsvc.domain.limits import (
     MAX_BATCH_TEXTS,
@@ -19,21 +19,32 @@ from memsvc.domain.limits import (
 )
 from memsvc.v1 import memory_pb2 as pb
 
-# method -> (request field, most items per call)
-COUNTED: dict[str, tuple[str, int]] = {
-    "AppendEvents": ("events", MAX_EVENTS_PER_CALL),
-    "BuildIncrementalChunks": ("events", MAX_EVENTS_PER_CALL),
-    "UpsertVectorRecords": ("records", MAX_RECORDS_PER_CALL),
-    "EmbedBatch": ("texts", MAX_BATCH_TEXTS),
-    "GetIndexStatus": ("conversation_ids", MAX_FILTER_VALUES),
-    "Reindex": ("conversation_ids", MAX_FILTER_VALUES),
+# method -> its repeated (or map) request fields, each with the most items per call
+COUNTED: dict[str, dict[str, int]] = {
+    "AppendEvents": {"events": MAX_EVENTS_PER_CALL, "expected_last_turn": MAX_EVENTS_PER_CALL},
+    "BuildIncrementalChunks": {"events": MAX_EVENTS_PER_CALL},
+    "UpsertVectorRecords": {"records": MAX_RECORDS_PER_CALL},
+    "EmbedBatch": {"texts": MAX_BATCH_TEXTS},
+    "GetIndexStatus": {"conversation_ids": MAX_FILTER_VALUES},
+    "Reindex": {"conversation_ids": MAX_FILTER_VALUES},
 }
 _METHODS = pb.DESCRIPTOR.services_by_name["MemoryService"].methods_by_name
-# method -> (field name, field number, its JSON name, limit)
+
+
+class _Counted(NamedTuple):
+    name: str
+    json_name: str
+    limit: int
+
+
+# method -> field number -> the field
 _FIELDS = {
-    method: (name, field.number, field.json_name, limit)
-    for method, (name, limit) in COUNTED.items()
-    for field in [_METHODS[method].input_type.fields_by_name[name]]
+    method: {
+        field.number: _Counted(name, field.json_name, limit)
+        for name, limit in fields.items()
+        for field in [_METHODS[method].input_type.fields_by_name[name]]
+    }
+    for method, fields in COUNTED.items()
 }
 
 
@@ -55,20 +66,21 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
 OTHER_FIELDS = 64
 
 
-def _scan(data: bytes, number: int, limit: int) -> str | None:
-    """Why the serialized message is refused: "items" when it holds more than `limit` items
-    of top-level field `number`, "fields" when more than OTHER_FIELDS other top-level fields;
-    None otherwise. Stops at the first field past either. A malformed message is left to the
-    decoder (None)."""
-    count, others, at = 0, 0, 0
+def _scan(data: bytes, counted: Mapping[int, _Counted]) -> _Counted | str | None:
+    """Why the serialized message is refused: the counted field that holds more than its
+    limit of items (top-level occurrences), "fields" when more than OTHER_FIELDS other
+    top-level fields; None otherwise. Stops at the first field past either. A malformed
+    message is left to the decoder (None)."""
+    counts = dict.fromkeys(counted, 0)
+    others, at = 0, 0
     try:
         while at < len(data):
             key, at = _varint(data, at)
-            kind = key & 7
-            if key >> 3 == number:
-                count += 1
-                if count > limit:
-                    return "items"
+            kind, number = key & 7, key >> 3
+            if number in counts:
+                counts[number] += 1
+                if counts[number] > counted[number].limit:
+                    return counted[number]
             else:
                 others += 1
                 if others > OTHER_FIELDS:
@@ -89,9 +101,8 @@ def _scan(data: bytes, number: int, limit: int) -> str | None:
     return None
 
 
-def _refusal(method: str) -> tuple[str, str]:
-    name, _, _, limit = _FIELDS[method]
-    return name, f"at most {limit:,} per call: split them over several calls"
+def _refusal(field: _Counted) -> tuple[str, str]:
+    return field.name, f"at most {field.limit:,} per call: split them over several calls"
 
 
 def refusal_of_bytes(method: str, data: bytes) -> tuple[str, str] | None:
@@ -99,23 +110,21 @@ def refusal_of_bytes(method: str, data: bytes) -> tuple[str, str] | None:
     counted = _FIELDS.get(method)
     if counted is None:
         return None
-    verdict = _scan(data, counted[1], counted[3])
-    if verdict == "items":
-        return _refusal(method)
+    verdict = _scan(data, counted)
+    if isinstance(verdict, _Counted):
+        return _refusal(verdict)
     if verdict == "fields":
-        return "request", f"more than {OTHER_FIELDS} top-level fields besides {counted[0]}"
+        names = " and ".join(f.name for f in counted.values())
+        return "request", f"more than {OTHER_FIELDS} top-level fields besides {names}"
     return None
 
 
 def refusal_of_json(method: str, body: Mapping[str, Any]) -> tuple[str, str] | None:
     """(field, why) when the parsed JSON request of `method` holds too many items (the field
-    under either of its proto3 JSON names)."""
-    counted = _FIELDS.get(method)
-    if counted is None:
-        return None
-    name, _, json_name, limit = counted
-    for key in (name, json_name):
-        items = body.get(key)
-        if isinstance(items, list) and len(items) > limit:
-            return _refusal(method)
+    under either of its proto3 JSON names: a list, or an object for a map)."""
+    for field in _FIELDS.get(method, {}).values():
+        for key in (field.name, field.json_name):
+            items = body.get(key)
+            if isinstance(items, (list, dict)) and len(items) > field.limit:
+                return _refusal(field)
     return None

@@ -191,6 +191,20 @@ class LogicalDeleteBySourceResponse(_message.Message):
     events_deleted: int
     def __init__(self, deleted: _Optional[int] = ..., errors: _Optional[_Iterable[_Union[RecordError, _Mapping]]] = ..., events_deleted: _Optional[int] = ...) -> None: ...
 
+class PopEventsRequest(_message.Message):
+    __slots__ = ("conversation_id", "count")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    count: int
+    def __init__(self, conversation_id: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class PopEventsResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[MemoryEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[MemoryEvent, _Mapping]]] = ...) -> None: ...
+
 class EmbedChunkRequest(_message.Message):
     __slots__ = ("query",)
     QUERY_FIELD_NUMBER: _ClassVar[int]

@@ -52,6 +52,11 @@ class MemoryServiceStub:
                 request_serializer=memsvc_dot_v1_dot_memory__pb2.LogicalDeleteBySourceRequest.SerializeToString,
                 response_deserializer=memsvc_dot_v1_dot_memory__pb2.LogicalDeleteBySourceResponse.FromString,
                 _registered_method=True)
+        self.PopEvents = channel.unary_unary(
+                '/memsvc.v1.MemoryService/PopEvents',
+                request_serializer=memsvc_dot_v1_dot_memory__pb2.PopEventsRequest.SerializeToString,
+                response_deserializer=memsvc_dot_v1_dot_memory__pb2.PopEventsResponse.FromString,
+                _registered_method=True)
         self.EmbedChunk = channel.unary_unary(
                 '/memsvc.v1.MemoryService/EmbedChunk',
                 request_serializer=memsvc_dot_v1_dot_memory__pb2.EmbedChunkRequest.SerializeToString,
@@ -136,6 +141,14 @@ class MemoryServiceServicer:
 
     def LogicalDeleteBySource(self, request, context):
         """Delete turns of a conversation (range, the turns of listed chunks, or all of them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PopEvents(self, request, context):
+        """Delete a conversation's newest turns and return them, in one call (a session
+        rewinding: an agent framework's pop).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -244,6 +257,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.LogicalDeleteBySource,
                     request_deserializer=memsvc_dot_v1_dot_memory__pb2.LogicalDeleteBySourceRequest.FromString,
                     response_serializer=memsvc_dot_v1_dot_memory__pb2.LogicalDeleteBySourceResponse.SerializeToString,
+            ),
+            'PopEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.PopEvents,
+                    request_deserializer=memsvc_dot_v1_dot_memory__pb2.PopEventsRequest.FromString,
+                    response_serializer=memsvc_dot_v1_dot_memory__pb2.PopEventsResponse.SerializeToString,
             ),
             'EmbedChunk': grpc.unary_unary_rpc_method_handler(
                     servicer.EmbedChunk,
@@ -390,6 +408,33 @@ class MemoryService:
             '/memsvc.v1.MemoryService/LogicalDeleteBySource',
             memsvc_dot_v1_dot_memory__pb2.LogicalDeleteBySourceRequest.SerializeToString,
             memsvc_dot_v1_dot_memory__pb2.LogicalDeleteBySourceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PopEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memsvc.v1.MemoryService/PopEvents',
+            memsvc_dot_v1_dot_memory__pb2.PopEventsRequest.SerializeToString,
+            memsvc_dot_v1_dot_memory__pb2.PopEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -130,3 +130,31 @@ def test_over_http_json_and_binary(surfaces: Surfaces) -> None:
         timeout=120,
     )
     assert repeated.status_code == 400 and "repeats a key" in repeated.json()["message"]
+
+
+def test_compare_and_append_expectations_are_counted_as_theirs(surfaces: Surfaces) -> None:
+    # AppendEventsRequest.expected_last_turn is a map: each entry is a top-level field. Past
+    # OTHER_FIELDS of them a call is ordinary (one per conversation written), past the event
+    # limit it is refused naming that field, before anything is decoded
+    count = OTHER_FIELDS * 2
+    events = [
+        pb.MemoryEvent(conversation_id=f"cas-{i}", speaker="user", text="hi") for i in range(count)
+    ]
+    request = pb.AppendEventsRequest(
+        events=events,
+        assign_turn_ids=True,
+        expected_last_turn={f"cas-{i}": -1 for i in range(count)},
+    )
+    stub = surfaces.channel.unary_unary(
+        APPEND,
+        request_serializer=pb.AppendEventsRequest.SerializeToString,
+        response_deserializer=pb.AppendEventsResponse.FromString,
+    )
+    reply = stub(request, timeout=120)
+    assert reply.accepted == count and not reply.errors
+    entry = pb.AppendEventsRequest(expected_last_turn={"x": -1}).SerializeToString()
+    error = surfaces.append_bytes(entry * (MAX_EVENTS_PER_CALL + 1) + UNDECODABLE_EVENT)
+    assert violations(error)[0][0] == "expected_last_turn"
+    many = {"expectedLastTurn": {f"c{i}": -1 for i in range(MAX_EVENTS_PER_CALL + 1)}}
+    json_reply = httpx2.post(surfaces.http, json={"events": [], **many}, timeout=120)
+    assert json_reply.json()["message"].startswith("expected_last_turn: at most 10,000")

@@ -85,6 +85,7 @@ REQUESTS: dict[str, Any] = {
     "LogicalDeleteBySource": pb.LogicalDeleteBySourceRequest(
         conversation_id="nope", turn_range=pb.TurnRange(start=0, end=0)
     ),
+    "PopEvents": pb.PopEventsRequest(conversation_id="nope"),
     "PurgeDeleted": pb.PurgeDeletedRequest(conversation_id="nope"),
     "RetireChunkVersion": pb.RetireChunkVersionRequest(conversation_id="nope", chunk_version=9),
     "Reindex": pb.ReindexRequest(conversation_ids=["nope"]),

@@ -166,6 +166,12 @@ class AsyncMemoryClient:
         reply: pb.LogicalDeleteBySourceResponse = await self.call("LogicalDeleteBySource", request)
         return reply
 
+    async def pop(self, conversation_id: str, count: int = 1) -> list[pb.MemoryEvent]:
+        """As MemoryClient.pop."""
+        request = pb.PopEventsRequest(conversation_id=conversation_id, count=count)
+        reply: pb.PopEventsResponse = await self.call("PopEvents", request)
+        return list(reply.events)
+
     async def status(self, conversation_ids: Sequence[str] = ()) -> pb.GetIndexStatusResponse:
         reply: pb.GetIndexStatusResponse = await self.call(
             "GetIndexStatus", pb.GetIndexStatusRequest(conversation_ids=list(conversation_ids))

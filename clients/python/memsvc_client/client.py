@@ -328,6 +328,14 @@ class MemoryClient:
         reply: pb.LogicalDeleteBySourceResponse = self.call("LogicalDeleteBySource", request)
         return reply
 
+    def pop(self, conversation_id: str, count: int = 1) -> list[pb.MemoryEvent]:
+        """Delete the conversation's newest live turns (`count`, or fewer past 3 MiB; the
+        newest always) and return them as appended, in turn order: [] when it has none
+        (PopEvents: one call, and callers popping at once get different turns)."""
+        request = pb.PopEventsRequest(conversation_id=conversation_id, count=count)
+        reply: pb.PopEventsResponse = self.call("PopEvents", request)
+        return list(reply.events)
+
     def status(self, conversation_ids: Sequence[str] = ()) -> pb.GetIndexStatusResponse:
         reply: pb.GetIndexStatusResponse = self.call(
             "GetIndexStatus", pb.GetIndexStatusRequest(conversation_ids=list(conversation_ids))

@@ -22,10 +22,12 @@
  *   role system, and the results of calls (`*_result`, `*_output`) -> "system".
  * - Turn ids and timestamps are the server's (`assignTurnIds`): writers in several processes
  *   never collide, and each call's items stay together and in order.
- * - `popItem` deletes the newest live turn and returns its item; `clearSession` deletes
- *   every turn. Both return once the log holds the deletion (`deferStore`: milliseconds,
- *   whatever the indexing backlog); the store follows in the background. Deleted turns never come back (not in `getItems`, not in search); their
- *   text stays in the log until `purge()` erases it (an admin token).
+ * - `popItem` deletes the newest live turn and returns its item, in one call (PopEvents:
+ *   processes popping at once get different items); `clearSession` deletes every turn.
+ *   Both return once the log holds the deletion (milliseconds, whatever the indexing
+ *   backlog); the store follows in the background. Deleted turns never come back (not in
+ *   `getItems`, not in search); their text stays in the log until `purge()` erases it (an
+ *   admin token). A turn holding no item (another client's payload) is skipped.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { AgentInputItem, Session } from "@openai/agents-core";
@@ -159,6 +161,25 @@ export class MemsvcSession implements Session {
   }
 
   async popItem(): Promise<AgentInputItem | undefined> {
+    for (;;) {
+      let popped: MemoryEvent[];
+      try {
+        // one call: the newest turn deleted and returned; poppers at once get different ones
+        popped = (await this.client.popEvents({ conversationId: this.sessionId })).events;
+      } catch (err) {
+        if (ConnectError.from(err).code !== Code.Unimplemented) throw err;
+        return this.popByDelete(); // a server from before PopEvents
+      }
+      const newest = popped.at(-1);
+      if (newest === undefined) return undefined;
+      const item = itemOf(newest);
+      if (item !== undefined) return item;
+      // a turn holding no item is dropped: the next newest is ours to take
+    }
+  }
+
+  /** popItem in two calls, for servers without PopEvents. */
+  private async popByDelete(): Promise<AgentInputItem | undefined> {
     for (;;) {
       const events = await this.events(1);
       const newest = events.at(-1);

@@ -54,6 +54,7 @@ METHOD_ROLES: dict[str, Role] = {
     "BuildIncrementalChunks": Role.WRITER,
     "UpsertVectorRecords": Role.WRITER,
     "LogicalDeleteBySource": Role.WRITER,
+    "PopEvents": Role.WRITER,
     "PurgeDeleted": Role.ADMIN,
     "RetireChunkVersion": Role.ADMIN,
     "Reindex": Role.ADMIN,

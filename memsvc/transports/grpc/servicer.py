@@ -142,6 +142,14 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             errors=errors_to_pb(result.errors),
         )
 
+    @rpc(lambda r: {"events": len(r.events)})
+    def PopEvents(
+        self, request: pb.PopEventsRequest, context: grpc.ServicerContext
+    ) -> pb.PopEventsResponse:
+        # a log write, as light as an append
+        popped = self.core.deletion.pop(request.conversation_id, request.count, current_access())
+        return pb.PopEventsResponse(events=[event_to_pb(e) for e in popped])
+
     @rpc(lambda r: {"dim": r.dim})
     def EmbedChunk(
         self, request: pb.EmbedChunkRequest, context: grpc.ServicerContext

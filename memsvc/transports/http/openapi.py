@@ -72,7 +72,14 @@ def comments(file: descriptor_pb2.FileDescriptorProto) -> dict[tuple[int, ...], 
     return out
 
 
-def _field_schema(field: descriptor_pb2.FieldDescriptorProto) -> dict[str, Any]:
+def _field_schema(
+    field: descriptor_pb2.FieldDescriptorProto,
+    maps: dict[str, descriptor_pb2.DescriptorProto] | None = None,
+) -> dict[str, Any]:
+    entry = (maps or {}).get(field.type_name.split(".")[-1])
+    if entry is not None:  # map<K, V>: a JSON object of V by key
+        value = next(f for f in entry.field if f.name == "value")
+        return {"type": "object", "additionalProperties": _field_schema(value)}
     if field.type in (FDP.TYPE_MESSAGE, FDP.TYPE_ENUM):
         schema: dict[str, Any] = {"$ref": f"#/components/schemas/{field.type_name.split('.')[-1]}"}
     else:
@@ -88,8 +95,9 @@ def document(file: descriptor_pb2.FileDescriptorProto) -> dict[str, Any]:
     schemas: dict[str, Any] = {"ConnectError": CONNECT_ERROR}
     for i, message in enumerate(file.message_type):
         properties = {}
+        maps = {n.name: n for n in message.nested_type if n.options.map_entry}
         for j, field in enumerate(message.field):
-            schema = _field_schema(field)
+            schema = _field_schema(field, maps)
             described = described_at.get((4, i, 2, j), "")
             if described:
                 # a $ref takes no siblings in older tools: wrap it

@@ -32,11 +32,12 @@ How the SDK's items map onto memsvc:
   `SQLiteSession` skips rows it cannot parse: `get_items(limit)` counts only items and
   reads further back past such turns, and `pop_item` deletes them on its way to the newest
   item. A turn with no payload (plain text from another client) reads as a message.
-- `pop_item` deletes the newest live turn and returns its item; `clear_session` deletes
-  every turn. Both return once the log holds the deletion (`defer_store`: milliseconds,
-  whatever the indexing backlog, as the SDK's own sessions pop); the store follows in the
-  background. Deleted turns never come back (not in `get_items`, not in search); their
-  text stays in the log until `purge()` erases it (an admin token).
+- `pop_item` deletes the newest live turn and returns its item, in one call (PopEvents:
+  processes popping at once get different items); `clear_session` deletes every turn.
+  Both return once the log holds the deletion (milliseconds, whatever the indexing
+  backlog, as the SDK's own sessions pop); the store follows in the background. Deleted
+  turns never come back (not in `get_items`, not in search); their text stays in the log
+  until `purge()` erases it (an admin token).
 
 The session opens one grpc.aio channel per event loop it is used from (`Runner.run_sync`
 runs each call on a loop of its own); `close()` closes them.
@@ -174,6 +175,23 @@ class MemsvcSession:
 
     async def pop_item(self) -> TResponseInputItem | None:
         while True:
+            try:
+                popped = await self._client.pop(self.session_id)
+            except MemsvcError as exc:
+                if exc.code is not grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                return await self._pop_by_delete()  # a server from before PopEvents
+            if not popped:
+                return None
+            item = _item_of(popped[-1])
+            if item is not None:
+                return item
+            # a turn holding no item is dropped (as SQLiteSession drops it): the next newest
+
+    async def _pop_by_delete(self) -> TResponseInputItem | None:
+        """pop_item in two calls, for servers without PopEvents: read the newest turn, then
+        delete it; another process may take it between the two."""
+        while True:
             events = await self._client.export(self.session_id, last=1)
             if not events:
                 return None
@@ -184,8 +202,7 @@ class MemsvcSession:
             item = _item_of(newest)
             if deleted.events_deleted and item is not None:
                 return item
-            # a corrupt item is dropped (as SQLiteSession drops it), and one another process
-            # popped first is theirs: the next newest is ours to take
+            # a corrupt item is dropped, and one another process popped first is theirs
 
     async def clear_session(self) -> None:
         try:
