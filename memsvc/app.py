@@ -212,7 +212,7 @@ def build_services(settings: Settings, embedder: Embedder | None = None) -> Serv
         if embedder is None:
             startup.enter("loading the model")
             embedder = load_embedder(settings)
-        startup.enter("opening the vector store and checking it against the log")
+        startup.enter("opening the vector store")
         return _build(settings, embedder, backend)
     except BaseException:
         if backend is not None:
@@ -327,6 +327,7 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
     )
     control = IndexControl(events, queue, worker, projector, locks, notifier)
     audit = StoreAudit(events, store, locks, notifier, settings.store_audit_s)
+    startup.enter("checking the store against the log")
     audit.run()  # before any call: a log restored beside a newer store is seen at once
     watch = StoreWatch(store, settings.store_check_s)
     watch.on_change(lambda up: notifier.notify() if up else None)

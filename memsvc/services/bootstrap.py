@@ -9,6 +9,7 @@ import structlog
 from memsvc.domain.model_identity import ModelIdentity, mismatch
 from memsvc.domain.records import EventRow
 from memsvc.domain.text import TEXT_FORM, clean_text, has_kept_punctuation
+from memsvc.observability import startup
 from memsvc.ports import Embedder, EmbeddingCache, EventLog
 
 log = structlog.get_logger(__name__)
@@ -41,6 +42,7 @@ def reclean_turns_if_text_form_changed(events: EventLog, embedder: Embedder) -> 
     with events.snapshot() as r:
         if r.get_meta("text_form") == TEXT_FORM:
             return
+    startup.enter("cleaning the log's turns in a new text form (once)")
     found: list[tuple[str, int, str]] = []
     after: tuple[str, int] = ("", -1)
     while True:

@@ -185,7 +185,9 @@ PHASES = [
     "opening the event log",
     "loading the model",
     "timing the model's runtimes on this machine (once per machine)",
-    "opening the vector store and checking it against the log",
+    "opening the vector store",
+    "cleaning the log's turns in a new text form (once)",
+    "checking the store against the log",
 ]
 
 
