@@ -87,8 +87,11 @@ class StoreAudit:
             with self.events.snapshot() as r:
                 layout = r.layout_digests()
                 waiting = r.all_waiting_superseded()
-                reconciling = {c for c in {v[0] for v in layout.values()} if _pending(r, c)}
-            found = sorted(_out_of_line(layout, stored, waiting) - reconciling)
+                # those already recorded for reconciling are left out: only the conversations
+                # found are looked up (one query per conversation held took seconds at size)
+                found = sorted(
+                    c for c in _out_of_line(layout, stored, waiting) if not _pending(r, c)
+                )
             if len(found) <= RECHECK_AT_MOST:
                 found = [conv for conv in found if self._still_out_of_line(conv)]
             if found:
