@@ -61,7 +61,8 @@ def test_totals_read_only_conversations_with_work(services_on_both: Services) ->
     control.set_paused(True)
     for n in range(4):
         conv = f"{'t1/' if n % 2 else 't2/'}totals-{n}"
-        assert services.ingest.append(generate(conv, n, sessions=2)).accepted
+        events = generate(conv, n, sessions=1, turns_per_session=(4, 6))
+        assert services.ingest.append(events).accepted
     for prefix in ("", "t1/"):
         assert queue.counts([prefix] if prefix else []) == full_count(services, prefix)
     assert set(queue.counts()) == {"pending"}
@@ -71,7 +72,8 @@ def test_totals_read_only_conversations_with_work(services_on_both: Services) ->
         assert time.monotonic() < deadline
         time.sleep(0.05)
     control.set_paused(True)
-    assert services.ingest.append(generate("t1/totals-late", 9, sessions=1)).accepted
+    late = generate("t1/totals-late", 9, sessions=1, turns_per_session=(4, 6))
+    assert services.ingest.append(late).accepted
     for prefix in ("", "t1/"):
         assert queue.counts([prefix] if prefix else []) == full_count(services, prefix)
     assert queue.counts()["idle"] == (4, 0) and queue.counts()["pending"][0] == 1
