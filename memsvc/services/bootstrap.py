@@ -43,34 +43,34 @@ def reclean_turns_if_text_form_changed(events: EventLog, embedder: Embedder) -> 
         if r.get_meta("text_form") == TEXT_FORM:
             return
     startup.enter("cleaning the log's turns in a new text form (once)")
-    found: list[tuple[str, int, str]] = []
+    found: list[tuple[str, int, str, str]] = []  # conversation, turn, text, its new clean text
     after: tuple[str, int] = ("", -1)
     while True:
         with events.snapshot() as r:
             page = r.event_texts_after(*after, RECLEAN_PAGE)
         for conv, turn, text, clean in page:
-            if has_kept_punctuation(text) and clean_text(text) != clean:
-                found.append((conv, turn, text))
+            if has_kept_punctuation(text) and (again := clean_text(text)) != clean:
+                found.append((conv, turn, text, again))
         if len(page) < RECLEAN_PAGE:
             break
         after = (page[-1][0], page[-1][1])
     with events.transaction() as tx:
         if tx.get_meta("text_form") == TEXT_FORM:  # another process sharing the log did it
             return
-        rows = []
-        for conv, turn, text in found:
+        rows: list[tuple[EventRow, str]] = []
+        for conv, turn, text, again in found:
             now = tx.events(conv, [turn]).get(turn)
             if now is not None and now.text == text and not now.deleted:  # as read
-                rows.append(now)
-        cleaned = [clean_text(e.text) for e in rows]
+                rows.append((now, again))
+        cleaned = [again for _, again in rows]
         counts = embedder.count_tokens(cleaned) if cleaned else []
         changed: dict[str, list[EventRow]] = {}
-        for e, text, tokens in zip(rows, cleaned, counts, strict=True):
+        for (e, text), tokens in zip(rows, counts, strict=True):
             changed.setdefault(e.conversation_id, []).append(
                 replace(e, clean_text=text, tokens=tokens)
             )
-        for conv, again in changed.items():  # as an edit: a change the worker builds
-            tx.put_events(again, tx.record_change(conv, turns=len(again)))
+        for conv, edited in changed.items():  # as an edit: a change the worker builds
+            tx.put_events(edited, tx.record_change(conv, turns=len(edited)))
         tx.set_meta("text_form", TEXT_FORM)
     if cleaned:
         log.info("turns_cleaned_again", turns=len(cleaned), conversations=len(changed))

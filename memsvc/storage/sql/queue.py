@@ -303,39 +303,39 @@ class SqlIndexQueue:
 
     def counts(self, prefixes: Sequence[str] = ()) -> dict[str, tuple[int, int]]:
         """By state: (conversations, backlog), over every conversation or those within
-        `prefixes`. Only the conversations with work are read, through the state index;
-        idle ones are the rest of a count (none has a backlog), so totals do not read
-        every conversation's row with every status call (issue 65: 34 ms at 100,000)."""
+        `prefixes` (read as `_by_state` reads them)."""
+        return {state: (n, backlog) for state, (n, backlog, _) in self._by_state(prefixes).items()}
+
+    def gauges(self) -> QueueGauges:
+        """Totals for monitoring (read as `_by_state` reads them)."""
+        by_state = self._by_state()
+        oldest = [since for _, _, since in by_state.values() if since is not None]
+        return QueueGauges(
+            backlog=sum(backlog for _, backlog, _ in by_state.values()),
+            by_state={state: n for state, (n, _, _) in by_state.items()},
+            oldest_pending_since=min(oldest) if oldest else None,
+        )
+
+    def _by_state(self, prefixes: Sequence[str] = ()) -> dict[str, tuple[int, int, float | None]]:
+        """By state: (conversations, backlog, oldest pending_since). Only the conversations
+        with work are read, through the state index; idle ones are the rest of a count
+        (none has a backlog), so totals do not read every conversation's row with every
+        status call (issue 65: 34 ms at 100,000)."""
         clause, params = prefix_match(prefixes) if prefixes else ("1 = 1", [])
         with self.database.snapshot() as sql:
             total = sql.one(f"SELECT COUNT(*) FROM conversations WHERE {clause}", params)
             rows = sql.rows(
-                "SELECT state, COUNT(*), SUM(dirty) FROM conversations"
+                "SELECT state, COUNT(*), SUM(dirty), MIN(CASE WHEN pending_since > 0"
+                " THEN pending_since END) FROM conversations"
                 f" WHERE state IN ({marks(len(_AT_WORK))}) AND {clause} GROUP BY state",
                 [*_AT_WORK, *params],
             )
-        found = {str(r[0]): (int(r[1]), int(r[2] or 0)) for r in rows}
-        idle = (int(total[0]) if total else 0) - sum(n for n, _ in found.values())
-        return found | ({"idle": (idle, 0)} if idle else {})
-
-    def gauges(self) -> QueueGauges:
-        """Totals for monitoring, reading only the conversations with work (as `counts`)."""
-        with self.database.snapshot() as sql:
-            total = sql.one("SELECT COUNT(*) FROM conversations")
-            rows = sql.rows(
-                "SELECT state, COUNT(*), SUM(dirty), MIN(CASE WHEN pending_since > 0"
-                f" THEN pending_since END) FROM conversations WHERE state IN"
-                f" ({marks(len(_AT_WORK))}) GROUP BY state",
-                list(_AT_WORK),
-            )
-        oldest = [float(r[3]) for r in rows if r[3] is not None]
-        by_state = {str(r[0]): int(r[1]) for r in rows}
-        idle = (int(total[0]) if total else 0) - sum(by_state.values())
-        return QueueGauges(
-            backlog=sum(int(r[2] or 0) for r in rows),
-            by_state=by_state | ({"idle": idle} if idle else {}),
-            oldest_pending_since=min(oldest) if oldest else None,
-        )
+        found = {
+            str(r[0]): (int(r[1]), int(r[2] or 0), None if r[3] is None else float(r[3]))
+            for r in rows
+        }
+        idle = (int(total[0]) if total else 0) - sum(n for n, _, _ in found.values())
+        return found | ({"idle": (idle, 0, None)} if idle else {})
 
     def leased(self) -> int:
         with self.database.snapshot() as sql:
