@@ -56,6 +56,52 @@ def test_keywords_stable_and_without_stop_words() -> None:
     assert "护照" in zh
 
 
+def test_english_topics_are_phrases_not_fillers() -> None:
+    """Regression (issue 66, 8): jieba's TF-IDF ranked English words without English
+    statistics, so a prefix read "discussing Understood, give, version, numbers"."""
+    kw = KeywordExtractor()
+    window = (
+        "Understood, give me the version numbers and I'll check them.\n"
+        "The version numbers are 2.5.1 for Milvus Lite and 2.6 for pymilvus."
+    )
+    topic = kw.keywords(window, 4, chinese=False)
+    assert topic[0] == "version numbers"
+    assert "Milvus Lite" in topic  # a name keeps its words together and its capitals
+    assert not {w.lower() for t in topic for w in t.split()} & {"understood", "give", "check"}
+
+
+def test_english_topics_leave_out_chat_fillers_verbs_code_and_the_speakers() -> None:
+    kw = KeywordExtractor()
+    window = (
+        "Hey Caroline! Sounds awesome, keep it up! I'm gonna keep chasing those dreams.\n"
+        "Dance is my passion and I love painting landscapes at the new dance studio.\n"
+        "```js\nconst studio = fetchStudio(id);\n```\n"
+        "Proud of you, Melanie! Your dance studio will be a success."
+    )
+    topic = kw.keywords(window, 4, chinese=False, exclude=["Caroline", "Melanie"])
+    assert topic[0] == "dance studio"  # said three times, as a phrase
+    assert "painting landscapes" in topic  # the verb before it ("love") left out
+    words = {w.lower() for t in topic for w in t.split()}
+    assert not words & {"sounds", "awesome", "keep", "gonna", "love", "const", "fetchstudio"}
+    assert not words & {"caroline", "melanie"}  # the prefix names them already
+    assert topic == kw.keywords(window, 4, chinese=False, exclude=["Caroline", "Melanie"])
+
+
+def test_title_capitals_are_not_names() -> None:
+    kw = KeywordExtractor()
+    window = "### Secure Password Storage\nStore each password with Argon2 in PostgreSQL."
+    topic = kw.keywords(window, 4, chinese=False)
+    assert "secure password storage" in topic
+    assert "Argon2" in topic and "PostgreSQL" in topic
+
+
+def test_chinese_topics_are_nouns() -> None:
+    kw = KeywordExtractor()
+    topic = kw.keywords("谢谢！我还想订一家新宿附近的酒店。护照在书桌左边的抽屉里。")
+    assert "想订" not in topic  # a verb
+    assert {"新宿", "护照", "书桌"} <= set(topic)
+
+
 def test_render_prefix_forms() -> None:
     zh = render_prefix(PrefixInput(["2026-02-02"], ["用户"], ["护照", "东京"], True))
     assert zh == "[上下文：2026-02-02 用户在讨论护照、东京]"

@@ -18,6 +18,7 @@ with warnings.catch_warnings():
     import jieba
     import jieba.analyse
 
+from memsvc.domain.keyphrases import FILLER_WORDS, key_phrases
 from memsvc.domain.standing import INSTRUCTION_TAG
 from memsvc.domain.text import is_chinese
 
@@ -101,6 +102,7 @@ INTENT_OTHER = "other"
 INTENT_TAGS = (INSTRUCTION_TAG, *(tag for tag, _ in INTENT_RULES), INTENT_OTHER)
 
 _DIGITS = re.compile(r"^[\d.,:%-]+$")
+_TOPIC_POS = ("n", "nr", "ns", "nt", "nz", "nw", "vn", "eng")
 _WORDISH = re.compile(r"\w")
 
 
@@ -123,7 +125,9 @@ def classify_intent(
 
 
 class KeywordExtractor:
-    """jieba TF-IDF keywords with our stop words. Build once at start-up (loads the IDF table)."""
+    """A window's topic: English key phrases (memsvc.domain.keyphrases), or for Chinese
+    jieba's TF-IDF keywords among its nouns and names. Build once at start-up (loads
+    jieba's IDF table and dictionary)."""
 
     def __init__(self) -> None:
         logging.getLogger("jieba").setLevel(logging.WARNING)
@@ -132,13 +136,22 @@ class KeywordExtractor:
         self._tfidf = jieba.analyse.TFIDF()
         self._tfidf.stop_words = set(self._tfidf.stop_words) | STOP_WORDS_ZH | STOP_WORDS_EN
 
-    def keywords(self, text: str, limit: int = 4) -> list[str]:
-        """Up to `limit` key terms, most important first; stable for the same text."""
+    def keywords(
+        self, text: str, limit: int = 4, chinese: bool = True, exclude: Sequence[str] = ()
+    ) -> list[str]:
+        """Up to `limit` topic terms, most important first; stable for the same text.
+        `exclude`: names the prefix already gives (its participants)."""
+        if not chinese:
+            return key_phrases(text, limit, STOP_WORDS_EN, exclude)
         terms: list[str] = []
-        seen: set[str] = set()
-        for word in self._tfidf.extract_tags(text, topK=limit * 3):
+        seen = {name.lower() for name in exclude}
+        # nouns, names of people, places and organisations, other proper nouns, verbal
+        # nouns (护照, 东京, 行程), and Latin-script words: never the verbs and adverbs
+        for word in self._tfidf.extract_tags(text, topK=limit * 3, allowPOS=_TOPIC_POS):
             key = word.lower()
-            if key in seen or _DIGITS.match(word) or not _WORDISH.search(word):
+            if key in seen or key in FILLER_WORDS or _DIGITS.match(word):
+                continue
+            if not _WORDISH.search(word):
                 continue
             seen.add(key)
             terms.append(word)

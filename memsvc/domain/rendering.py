@@ -50,7 +50,7 @@ class ChunkRenderer:
                 label = f"{label}({name})" if zh else f"{label} ({name})"
             lines.append(f"{label}: {text}")
         participants = _participants(turns, labels)[:MAX_PARTICIPANTS]
-        topic = self._keywords.keywords(" ".join(texts), limit=4)
+        topic = self._keywords.keywords("\n".join(texts), 4, chinese, participants)
         # Turns need not arrive in time order: the window spans its earliest to its latest.
         by_time = sorted(turns, key=lambda t: (epoch_ms(t.timestamp, "timestamp"), t.turn_id))
         earliest, latest = by_time[0], by_time[-1]
