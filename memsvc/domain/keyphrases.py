@@ -51,15 +51,16 @@ FILLER_WORDS = frozenset(
     work working worked works wanted want need needed needs use using used make making made
     go going gone went come coming came see seen saw know knew known think thought thinking
     love loved like liked doing done able ready ya gonna wanna gotta ok okay alright
-    certainly absolutely sure following below above here there per via etc vs versus within
+    following below above here there per via etc vs versus within
     without across upon onto toward towards among despite unlike since shares busy
     implement ensure add adding handle adjust hide continue calculate include setup create
     check verify update install configure enable disable avoid consider remember apply
     define follow optimize improve reduce increase provide allow prevent explain describe
-    understanding deserves offers includes supports allows provides ensures helps
+    understanding deserves offers includes supports allows provides ensures identify
+    detect fix review
     const var function return import export from def class self true false null none nil
-    void int str string bool async await new elif else print println console log frac
-    text mathrm mathbf left right begin end cdot times sqrt sum int infty quad""".split()
+    void str string bool async await elif else print println console log frac
+    text mathrm mathbf left right begin end cdot sqrt sum int infty quad""".split()
 )
 
 _FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
@@ -97,8 +98,8 @@ def key_phrases(
     stops = FILLER_WORDS | VERB_CUES | {w.lower() for w in stop_words}
     excluded = {w.lower() for name in exclude for w in _WORD.findall(name)}
     runs: list[list[_Word]] = []
-    for clause, opens_sentence in _clauses(text):
-        runs += _runs(clause, opens_sentence, stops | excluded)
+    for clause, opens_sentence, titled in _clauses(text):
+        runs += _runs(clause, opens_sentence, titled, stops | excluded)
     counts = Counter(w.key for run in runs for w in run)
     lowered = {w.key for run in runs for w in run if w.text.islower()}
     named = {w.key for run in runs for w in run if w.name}
@@ -125,27 +126,43 @@ def key_phrases(
     return chosen
 
 
-def _clauses(text: str) -> list[tuple[str, bool]]:
+def _clauses(text: str) -> list[tuple[str, bool, bool]]:
     """The prose of `text` cut at punctuation (code blocks, code lines and LaTeX left out),
-    each clause with whether it opens a sentence (its first word's capital says nothing)."""
+    each clause with whether it opens a sentence (its first word's capital says nothing)
+    and whether it is a heading or a title, whose capitals say nothing either: a line
+    mostly capitalised ("### 3. Composite Index"), a line's first clause capitalised
+    throughout ("**Secure Password Storage**: use Argon2"), or any clause of three or more
+    such words."""
     prose = _LATEX.sub(" ", _FENCE.sub("\n", text))
-    lines = [line for line in prose.splitlines() if not _CODE_LINE.search(line)]
     clauses = []
-    for sentence in _SENTENCES.split("\n".join(lines)):
-        parts = [c for c in _CLAUSES.split(sentence) if c.strip()]
-        clauses += [(c, i == 0) for i, c in enumerate(parts)]
+    for line in prose.splitlines():
+        if _CODE_LINE.search(line):
+            continue
+        line_titled = _capitalised(_WORD.findall(line), 0.6)
+        first = True
+        for sentence in _SENTENCES.split(line):
+            parts = [c for c in _CLAUSES.split(sentence) if _WORD.search(c)]
+            for i, clause in enumerate(parts):
+                long = [w for w in _WORD.findall(clause) if len(w) > 3]
+                titled = line_titled or (_capitalised(long, 1.0) and (first or len(long) >= 3))
+                clauses.append((clause, i == 0, titled))
+                first = False
     return clauses
 
 
-def _runs(clause: str, opens_sentence: bool, stops: frozenset[str]) -> list[list[_Word]]:
+def _capitalised(words: Sequence[str], share: float) -> bool:
+    long = [w for w in words if len(w) > 3]
+    return len(long) >= 2 and sum(w[0].isupper() for w in long) >= share * len(long)
+
+
+def _runs(
+    clause: str, opens_sentence: bool, titled: bool, stops: frozenset[str]
+) -> list[list[_Word]]:
     """Runs of content words of a clause; a run after a verb cue loses its first word."""
     runs: list[list[_Word]] = []
     run: list[_Word] = []
     after_cue = False
     words = [re.sub(r"['’]s$", "", m.group()).replace("’", "'") for m in _WORD.finditer(clause)]
-    # a heading or a title ("Secure Password Storage") capitalises what is not a name
-    long = [w for w in words if len(w) > 3]
-    titled = len(long) >= 3 and sum(w[0].isupper() for w in long) >= 0.6 * len(long)
     for i, raw in enumerate(words):
         low = raw.lower()
         named = _named(raw, (i > 0 or not opens_sentence) and not titled)
