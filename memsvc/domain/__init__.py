@@ -5,8 +5,8 @@ and it depends on nothing of memsvc.
   bytes);
 - input: `text` (cleaning, RFC 3339), `validation`, `oversize`;
 - chunks: `chunking` (planning windows), `rendering` (windows into records), `prefix`
-  (context prefixes, intent tags), `standing` (standing
-  instructions), `vectors` (what a chunk's vector is made of);
+  (context prefixes, intent tags), `keyphrases` (an English window's topic), `standing`
+  (standing instructions), `vectors` (what a chunk's vector is made of);
 - search: `terms` (the words a hit matched);
 - who and when: `access` (roles, prefixes), `deadline` (the call's deadline),
   `model_identity` (which vectors a model writes)."""
