@@ -37,6 +37,7 @@ test: $(VENV)/.dev
 
 # The edit loop: lint, then the tests that need no server, model or database (seconds).
 CHECK_TESTS := tests/test_config.py tests/test_text.py tests/test_prefix.py tests/test_terms.py \
+	tests/test_bm25.py \
 	tests/test_deadline.py tests/test_docs.py tests/test_model_identity.py \
 	tests/integration/test_dns_rebinding.py::test_host_policy \
 	tests/integration/test_dns_rebinding.py::test_origin_policy \

@@ -495,6 +495,33 @@ def test_a_log_of_the_previous_schema_gains_payloads(tmp_path: Path) -> None:
         assert r.events("old", [0])[0].payload == "" and r.events("old", [0])[0].text == "hi"
 
 
+def test_a_log_of_the_previous_schema_counts_its_tenants_keyword_statistics(
+    tmp_path: Path,
+) -> None:
+    """A log written before it kept keyword statistics per tenant (schema 6) opens with
+    them counted from its live turns: a deleted turn's words count nowhere."""
+    from memsvc.domain import bm25
+
+    rows = [("acme/1", 0, "Biscuit the puppy", 0), ("acme/1", 1, "puppy zqgone", 1)]
+    rows += [("acme/1", 4, "a puppy", 0), ("beta/1", 0, "the puppy again", 0)]
+    log = log_written_at_schema(
+        tmp_path,
+        6,
+        "INSERT INTO events (conversation_id, turn_id, speaker, speaker_name, text,"
+        " clean_text, timestamp, participants, tokens, deleted) VALUES "
+        + ", ".join(
+            f"('{c}', {t}, 'user', '', '{x}', '{x}', '2026-01-01T00:00:00+00:00', '[]', 3, {d})"
+            for c, t, x, d in rows
+        ),
+    )
+    puppy, gone = bm25.term_id("puppi"), bm25.term_id("zqgone")
+    acme = bm25.Tenants(names=frozenset({"acme/"}))
+    with log.snapshot() as r:
+        # documents are blocks of four turns: acme/1 has two
+        assert r.term_frequencies(acme, [puppy, gone]) == (2, {puppy: 2})
+        assert r.term_frequencies(bm25.EVERYONE, [puppy, gone]) == (3, {puppy: 3})
+
+
 def test_export_reads_only_the_turns_asked_for(services: Services) -> None:
     """ExportEvents' `turn_range`: the turns a search hit covers (an adapter gives each its
     own memory), without reading the rest; deleted turns left out; pages follow tokens."""

@@ -45,6 +45,7 @@ from hypothesis.stateful import (
 
 from memsvc.app import Services, build_services
 from memsvc.config import Settings
+from memsvc.domain import bm25
 from memsvc.domain.errors import FailedPrecondition
 from memsvc.domain.ids import chunk_id
 from memsvc.domain.types import ChunkRecord, MemoryEvent, SearchFilters, SearchMode, SearchRequest
@@ -88,7 +89,7 @@ class WritePath(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.conv = f"sm{next(_runs)}-café"
+        self.conv = f"sm{next(_runs)}/café"  # a tenant of its own (keyword statistics)
         # reference model: turn id -> (text, deleted)
         self.turns: dict[int, tuple[str, bool]] = {}
         self.purged: set[int] = set()
@@ -385,6 +386,34 @@ class WritePath(RuleBasedStateMachine):
             t for t, m in current.items() if m not in texts
         ]
         assert {h.metadata.chunk_version for h in hits} == {self.active}
+
+    @invariant()
+    def keyword_statistics_count_the_live_turns(self) -> None:
+        """The log's keyword statistics are a count over the live turns (in blocks), and a
+        deleted or replaced text leaves no term behind (not even one only it held)."""
+        with self.svc.log.snapshot() as log:
+            rows = log.events(self.conv, self.live_turns())
+        assert sorted(t for t, r in rows.items() if not r.deleted) == self.live_turns()
+        live = bm25.block_terms(
+            (
+                self.conv,
+                t,
+                bm25.turn_document(r.timestamp, r.speaker, r.speaker_name, self.turns[t][0]),
+            )
+            for t, r in rows.items()
+        )
+        expected = {term: n for (_, term), n in bm25.frequency_changes({}, live).items()}
+        documents = expected.pop(bm25.DOCUMENTS, 0)
+        gone = {
+            bm25.term_id(word)
+            for t in self.turns
+            for e in range(self.edits.get(t, 0) + 1)
+            for word in bm25.terms(marker(t, e))
+        } - set(expected)
+        tenants = bm25.Tenants(names=frozenset({bm25.tenant(self.conv)}))
+        with self.svc.log.snapshot() as log:
+            found = log.term_frequencies(tenants, [*expected, *gone])
+        assert found == (documents, expected)
 
     @invariant()
     def store_matches_layout(self) -> None:

@@ -7,6 +7,7 @@ and it depends on nothing of memsvc.
 - chunks: `chunking` (planning windows), `rendering` (windows into records), `prefix`
   (context prefixes, intent tags), `keyphrases` (an English window's topic), `standing`
   (standing instructions), `vectors` (what a chunk's vector is made of);
-- search: `terms` (the words a hit matched);
+- search: `bm25` (keyword terms, vectors and per-tenant statistics), `terms` (the words a
+  hit matched);
 - who and when: `access` (roles, prefixes), `deadline` (the call's deadline),
   `model_identity` (which vectors a model writes)."""

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
+from memsvc.domain.bm25 import Tenants
 from memsvc.domain.chunking import StoredTurn
 from memsvc.domain.records import Conversation, EventRow, LayoutRow
 
@@ -27,6 +28,13 @@ class LogReader(Protocol):
         ...
 
     # events
+    def term_frequencies(
+        self, tenants: Tenants, term_ids: Sequence[int]
+    ) -> tuple[int, dict[int, int]]:
+        """Keyword statistics over these tenants (memsvc.domain.bm25): (live turns, {term:
+        live turns holding it})."""
+        ...
+
     def events(self, conversation_id: str, turn_ids: Iterable[int]) -> dict[int, EventRow]: ...
 
     def events_after(self, conversation_id: str, after_turn: int, limit: int) -> list[EventRow]:

@@ -8,7 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from memsvc.storage.sql.connection import Sql
-from memsvc.storage.sqlite.schema import IDEMPOTENCY, LAYOUT_STANDING, TRACE_LINKS, SchemaTooNew
+from memsvc.storage.sqlite.schema import (
+    IDEMPOTENCY,
+    LAYOUT_STANDING,
+    TRACE_LINKS,
+    SchemaTooNew,
+    term_docs,
+)
 
 Migration = Callable[[Sql], None]
 
@@ -130,7 +136,7 @@ def _v5(sql: Sql) -> None:
         sql.run(statement)
 
 
-MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3, _v4, _v5)
+MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3, _v4, _v5, term_docs)
 
 
 def migrate(sql: Sql, migrations: Sequence[Migration] = MIGRATIONS) -> tuple[int, int]:

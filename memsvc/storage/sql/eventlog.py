@@ -10,6 +10,7 @@ conversation rows (versions, durable projection work) in memsvc.storage.sql.work
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import count
@@ -19,6 +20,7 @@ from memsvc.domain.records import EventRow
 from memsvc.ports import Span
 from memsvc.storage.sql.connection import Database, Row, Sql, chunked, marks
 from memsvc.storage.sql.layout import LayoutQueries
+from memsvc.storage.sql.term_docs import TermQueries
 from memsvc.storage.sql.work import WorkQueries
 
 _EVENT_COLS = (
@@ -44,11 +46,12 @@ def _event(r: Row) -> EventRow:
     )
 
 
-class SqlLog(LayoutQueries, WorkQueries):
+class SqlLog(LayoutQueries, WorkQueries, TermQueries):
     """The log's queries on one snapshot or transaction (memsvc.ports.LogWriter)."""
 
     def __init__(self, sql: Sql) -> None:
         self.sql = sql
+        self.term_changes = Counter()
 
     # -- meta ---------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
@@ -96,8 +99,13 @@ class SqlLog(LayoutQueries, WorkQueries):
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
-        with self.sql.savepoint(f"sp{next(_savepoints)}"):
-            yield
+        kept = Counter(self.term_changes)
+        try:
+            with self.sql.savepoint(f"sp{next(_savepoints)}"):
+                yield
+        except BaseException:
+            self.term_changes = kept  # rolled back with the rest
+            raise
 
     # -- events -------------------------------------------------------------------------
     def events(self, conversation_id: str, turn_ids: Iterable[int]) -> dict[int, EventRow]:
@@ -141,6 +149,14 @@ class SqlLog(LayoutQueries, WorkQueries):
         return int(row[0])
 
     def put_events(self, events: Iterable[EventRow], seq: int) -> None:
+        by_conversation: dict[str, list[EventRow]] = {}
+        for e in events:
+            by_conversation.setdefault(e.conversation_id, []).append(e)
+        for conv, rows in by_conversation.items():
+            with self.counting_terms(conv, [(e.turn_id, e.turn_id) for e in rows]):
+                self._put_events(rows, seq)
+
+    def _put_events(self, events: Iterable[EventRow], seq: int) -> None:
         self.sql.many(
             f"INSERT INTO events ({_EVENT_COLS}, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT (conversation_id, turn_id) DO UPDATE SET"
@@ -207,19 +223,21 @@ class SqlLog(LayoutQueries, WorkQueries):
     def mark_events_deleted(
         self, conversation_id: str, spans: Sequence[Span] | None, seq: int
     ) -> int:
-        if spans is None:
-            return self.sql.run(
-                "UPDATE events SET deleted = 1, seq = ? WHERE conversation_id = ? AND deleted = 0",
-                (seq, conversation_id),
+        with self.counting_terms(conversation_id, spans):
+            if spans is None:
+                return self.sql.run(
+                    "UPDATE events SET deleted = 1, seq = ? WHERE conversation_id = ?"
+                    " AND deleted = 0",
+                    (seq, conversation_id),
+                )
+            return sum(
+                self.sql.run(
+                    "UPDATE events SET deleted = 1, seq = ? WHERE conversation_id = ?"
+                    " AND deleted = 0 AND turn_id BETWEEN ? AND ?",
+                    (seq, conversation_id, start, end),
+                )
+                for start, end in spans
             )
-        return sum(
-            self.sql.run(
-                "UPDATE events SET deleted = 1, seq = ? WHERE conversation_id = ? AND deleted = 0"
-                " AND turn_id BETWEEN ? AND ?",
-                (seq, conversation_id, start, end),
-            )
-            for start, end in spans
-        )
 
     def deleted_turn_ids(self, conversation_id: str) -> list[int]:
         rows = self.sql.rows(
@@ -302,7 +320,9 @@ class SqlEventLog:
     @contextmanager
     def transaction(self) -> Iterator[SqlLog]:
         with self.database.transaction() as sql:
-            yield SqlLog(sql)
+            tx = SqlLog(sql)
+            yield tx
+            tx.write_term_counts()
 
     def erase(self) -> None:
         self.database.erase()

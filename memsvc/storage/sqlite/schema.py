@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from memsvc.storage.sql.connection import Sql
+from memsvc.storage.sql.term_docs import count_all_terms
 
 Migration = Callable[[Sql], None]
 
@@ -241,6 +242,20 @@ def _log_v6(sql: Sql) -> None:
         sql.run(statement)
 
 
+# Keyword statistics per tenant (memsvc.storage.sql.term_docs).
+TERM_DOCS = (
+    "CREATE TABLE term_docs (tenant TEXT NOT NULL, term BIGINT NOT NULL,"
+    " docs INTEGER NOT NULL, PRIMARY KEY (tenant, term))",
+)
+
+
+def term_docs(sql: Sql) -> None:
+    """Each tenant's keyword statistics, counted from the live events."""
+    for statement in TERM_DOCS:
+        sql.run(statement)
+    count_all_terms(sql)
+
+
 LOG_MIGRATIONS: tuple[Migration, ...] = (
     _log_v1,
     _log_v2,
@@ -248,6 +263,7 @@ LOG_MIGRATIONS: tuple[Migration, ...] = (
     _log_v4,
     _log_v5,
     _log_v6,
+    term_docs,
 )
 
 
