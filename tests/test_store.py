@@ -3,11 +3,13 @@ from __future__ import annotations
 import socket
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
+from memsvc.domain import bm25
 from memsvc.domain.errors import FailedPrecondition
 from memsvc.domain.hashing import content_hash
 from memsvc.domain.ids import chunk_id
@@ -123,6 +125,12 @@ def test_milvus_lite_finds_replaced_rows_by_an_index_not_a_scan(tmp_path: Path) 
     store.close()
 
 
+def keyword(store: ChunkStore, text: str, scope: SearchScope, limit: int) -> list[Any]:
+    """A keyword search whose terms all weigh their repeats (IDF 1 each)."""
+    weights = {t: float(n) for t, n in bm25.term_counts(text).items()}
+    return store.search_keyword(bm25.KeywordQuery(text, weights), scope, limit)
+
+
 def test_keyword_search_is_case_insensitive_and_filtered(tmp_path: Path) -> None:
     store = ChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
     store.upsert(
@@ -134,9 +142,9 @@ def test_keyword_search_is_case_insensitive_and_filtered(tmp_path: Path) -> None
         ]
     )
     expr = SearchScope(SearchFilters(conversation_ids=("c1",)))
-    hits = store.search_keyword("CAROLINE", expr, 10)
+    hits = keyword(store, "CAROLINE", expr, 10)
     assert [c.chunk_id for c in hits] == [chunk_id("c1", 0, 1, 1)]
-    zh = store.search_keyword("护照", expr, 10)
+    zh = keyword(store, "护照", expr, 10)
     assert [c.chunk_id for c in zh] == [chunk_id("c1", 2, 3, 1)]
     store.close()
 
@@ -151,9 +159,9 @@ def test_keyword_search_stems_english_and_keeps_chinese_words(tmp_path: Path) ->
         ]
     )
     for query in ("paintings", "PAINTING", "paints"):
-        found = store.search_keyword(query, SearchScope(), 10)
+        found = keyword(store, query, SearchScope(), 10)
         assert [c.chunk_id for c in found] == [chunk_id("c1", 0, 1, 1)]
-    assert [c.chunk_id for c in store.search_keyword("旅行", SearchScope(), 10)] == [
+    assert [c.chunk_id for c in keyword(store, "旅行", SearchScope(), 10)] == [
         chunk_id("c1", 2, 3, 1)
     ]
     store.close()
@@ -176,8 +184,8 @@ def test_collection_of_an_older_schema_keeps_working_and_says_how_to_upgrade(
     warning = next(e for e in logs if e["event"] == "collection_schema_old")
     assert "MEMSVC_COLLECTION" in warning["remedy"]
     # Its own analyzer still answers: exact words match, stems do not.
-    assert len(store.search_keyword("painted", SearchScope(), 10)) == 1
-    assert store.search_keyword("paints", SearchScope(), 10) == []
+    assert len(keyword(store, "painted", SearchScope(), 10)) == 1
+    assert keyword(store, "paints", SearchScope(), 10) == []
     store.close()
 
 
@@ -234,7 +242,7 @@ def test_remote_milvus_uri(tmp_path: Path) -> None:
         store = ChunkStore(f"http://127.0.0.1:{port}", "c", ident("m"))
         store.upsert([record("c1", 0, "hello remote")])
         assert store.count() == 1
-        assert store.search_keyword("remote", SearchScope(), 5)[0][0] == chunk_id("c1", 0, 1, 1)
+        assert keyword(store, "remote", SearchScope(), 5)[0][0] == chunk_id("c1", 0, 1, 1)
         store.close()
     finally:
         server.stop()

@@ -11,6 +11,7 @@ from memsvc.domain.access import Access, Role
 from memsvc.domain.errors import PermissionDenied
 from memsvc.domain.types import (
     SearchFilters,
+    SearchMode,
     SearchRequest,
     TurnRange,
 )
@@ -73,3 +74,36 @@ def test_reading_deleted_text_needs_admin(services_on_both: Services) -> None:
             services.ingest.list_chunks("acme/del", True, 10, "", 0, access)
     hits = services.search.search(SearchRequest("locker code", 5, audit)).hits
     assert any("4417" in h.text for h in hits)
+
+
+def test_another_tenants_writes_leave_a_tenants_keyword_scores_alone(
+    services_on_both: Services,
+) -> None:
+    """Red-team issue 62, item 10: tenant a/'s keyword scores on its own unchanged text moved
+    by -85 % / +191 % when only tenant b/ wrote, which told a/ how many of b/'s texts hold a
+    word. Statistics are per tenant now: b/'s writes and deletes move nothing of a/'s."""
+    services = services_on_both  # on both event-log backends
+    sync(services, conversation("acme/1", EN_TURNS))
+    query = "puppy Biscuit hiking trail"
+
+    def scores(access: Access, filters: SearchFilters) -> list[tuple[str, float]]:
+        request = SearchRequest(query, 10, filters, SearchMode.KEYWORD)
+        return [(h.chunk_id, h.score) for h in services.search.search(request, access).hits]
+
+    def acme_scores() -> list[list[tuple[str, float]]]:
+        return [
+            scores(ACME_READER, SearchFilters()),
+            scores(Access(Role.ADMIN), SearchFilters(("acme/1",))),
+        ]
+
+    before = acme_scores()
+    everyone = scores(Access(Role.ADMIN), SearchFilters())
+    assert before[0] and before[0] == before[1] == everyone
+    others = [f"The puppy Biscuit {i} went hiking on the trail again." for i in range(40)]
+    sync(services, conversation("beta/1", others))
+    assert acme_scores() == before
+    # the statistics of a search over every tenant do count beta/'s turns
+    assert scores(Access(Role.ADMIN), SearchFilters()) != everyone
+    services.deletion.delete("beta/1", TurnRange(0, 19), [])
+    services.deletion.purge_deleted("beta/1")
+    assert acme_scores() == before

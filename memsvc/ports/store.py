@@ -8,6 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
+from memsvc.domain.bm25 import KeywordQuery
 from memsvc.domain.records import Candidate, StoredChunk
 from memsvc.domain.types import SearchFilters
 from memsvc.ports.log import Span
@@ -40,6 +41,12 @@ class ChunkStore(Protocol):
     def marks_current(self) -> bool:
         """Rows carry `current` (of the conversation's active version): default searches
         filter on it. Else searches pass `SearchScope.versions_of_multi`."""
+        ...
+
+    @property
+    def weighs_keywords(self) -> bool:
+        """Keyword searches take the query's term weights over its tenants (memsvc.domain.
+        bm25); else the store scores BM25 over all its rows from the query's text."""
         ...
 
     def ping(self) -> bool: ...
@@ -101,7 +108,7 @@ class ChunkStore(Protocol):
         ...
 
     def search_keyword(
-        self, text: str, scope: SearchScope, limit: int, whole: bool = False
+        self, query: KeywordQuery, scope: SearchScope, limit: int, whole: bool = False
     ) -> list[Candidate]: ...
 
     # writes

@@ -2,7 +2,8 @@
 
 Scores (higher = more similar, comparable within one response):
 - dense: cosine similarity of query and chunk vectors, in [-1, 1].
-- keyword: Milvus BM25 score of the chunk text for the query, >= 0, unbounded.
+- keyword: BM25 score of the chunk text for the query, >= 0, unbounded; its statistics are
+  the tenants' the search spans (memsvc.domain.bm25).
 - hybrid (score fusion, the default): sum over the dense and keyword lists of
   w * score / best score of that list (0 for a list the chunk is not in), divided by the
   sum of the weights, so a chunk best in both lists scores 1.0.
@@ -29,7 +30,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from memsvc.domain import validation
+from memsvc.domain import bm25, validation
 from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import Cancelled, InvalidArgument
 from memsvc.domain.limits import MAX_BATCH_TEXTS, MAX_QUERY_CHARS, MAX_TOP_K, MAX_TURN_BUDGET
@@ -292,7 +293,18 @@ class SearchService:
         self, query: str, scope: SearchScope, pool: int, whole: bool = False
     ) -> list[Candidate]:
         with stage("search", "keyword"):
-            return self.store.search_keyword(query, scope, pool, whole)
+            return self.store.search_keyword(self._keyword_query(query, scope), scope, pool, whole)
+
+    def _keyword_query(self, text: str, scope: SearchScope) -> bm25.KeywordQuery:
+        """The query's term weights: IDF over the tenants the search spans, so no other
+        tenant's texts move its scores."""
+        counts = bm25.term_counts(text) if self.store.weighs_keywords else {}
+        if not counts:
+            return bm25.KeywordQuery(text, {})
+        tenants = bm25.tenants_of(scope.filters.conversation_ids, scope.prefixes)
+        with self.log.snapshot() as r:
+            documents, frequencies = r.term_frequencies(tenants, list(counts))
+        return bm25.KeywordQuery(text, bm25.query_vector(counts, documents, frequencies))
 
     def _standing(
         self, rules: Sequence[Candidate], audit: bool, coverage: Coverage

@@ -6,13 +6,16 @@ from typing import Any
 
 import numpy as np
 
+from memsvc.domain import bm25
 from memsvc.domain.records import Candidate, StoredChunk
 from memsvc.domain.text import epoch_ms
 from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
 from memsvc.storage.milvus import turn_lines
 
 
-def to_row(chunk: StoredChunk, with_current: bool, with_turn_lines: bool) -> dict[str, Any]:
+def to_row(
+    chunk: StoredChunk, with_current: bool, with_turn_lines: bool, with_sparse: bool
+) -> dict[str, Any]:
     r, m = chunk.record, chunk.record.metadata
     assert chunk.vector is not None
     row = {
@@ -43,6 +46,8 @@ def to_row(chunk: StoredChunk, with_current: bool, with_turn_lines: bool) -> dic
         row["current"] = chunk.current
     if with_turn_lines:
         row["turn_lines"] = turn_lines.pack(chunk.turn_lines)
+    if with_sparse:
+        row["sparse"] = bm25.doc_vector(r.text)
     return row
 
 

@@ -28,9 +28,10 @@ log = structlog.get_logger(__name__)
 #    filters on one field however many conversations are mid-migration.
 # 4: `turn_lines` keeps each turn's line start and vector in a chunk of several turns, so a
 #    search can return the turns of a late window hit that bear on the query.
+# 5: memsvc writes the sparse vectors (memsvc.domain.bm25): keyword statistics per tenant.
 # An older collection keeps working (without stemming; with version filters listing the
 # conversations that hold several versions) until rebuilt under a new collection name.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 KEYWORD_ANALYZER: dict[str, Any] = {
     # jieba cuts Chinese into words and English at spaces and punctuation; the Snowball
     # English stemmer then maps "paints", "painted", "painting" to one term and leaves
@@ -59,6 +60,7 @@ SCALAR_FIELDS = [
 # Fields a collection of this schema version has beyond SCALAR_FIELDS.
 CURRENT_SINCE = 3
 TURN_LINES_SINCE = 4
+TENANT_KEYWORDS_SINCE = 5
 
 
 def ensure_collection(
@@ -105,6 +107,11 @@ def ensure_collection(
                 effects.append(
                     "a turn budget counts every turn of a window hit (no turn lines to"
                     " return only the turns that bear on the query)"
+                )
+            if version < TENANT_KEYWORDS_SINCE:
+                effects.append(
+                    "keyword scores count every tenant's texts (Milvus's BM25 statistics are"
+                    " the whole collection's)"
                 )
             log.warning(
                 "collection_schema_old",
@@ -200,17 +207,24 @@ def _create(client: Any, collection: str, description: str, dim: int) -> None:
         schema.add_field("turn_lines", DataType.VARCHAR, max_length=turn_lines.MAX_CELL_CHARS)
     schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
     schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
-    schema.add_function(
-        Function(
-            name="text_bm25",
-            function_type=FunctionType.BM25,
-            input_field_names=["text"],
-            output_field_names=["sparse"],
+    if SCHEMA_VERSION < TENANT_KEYWORDS_SINCE:
+        schema.add_function(
+            Function(
+                name="text_bm25",
+                function_type=FunctionType.BM25,
+                input_field_names=["text"],
+                output_field_names=["sparse"],
+            )
         )
-    )
     index = client.prepare_index_params()
     index.add_index("vector", index_type="FLAT", metric_type="IP")
-    index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+    # memsvc writes BM25's term-frequency parts and queries with IDF weights: their inner
+    # product is the score (memsvc.domain.bm25).
+    index.add_index(
+        "sparse",
+        index_type="SPARSE_INVERTED_INDEX",
+        metric_type="IP" if SCHEMA_VERSION >= TENANT_KEYWORDS_SINCE else "BM25",
+    )
     # Nearly every search is scoped to one conversation: index the filter field.
     index.add_index("conversation_id", index_type="INVERTED")
     client.create_collection(

@@ -2,7 +2,8 @@
 memsvc.ports.ChunkStore.
 
 One collection holds every conversation's chunks with their dense vector and a BM25 sparse
-vector computed by Milvus from the text (memsvc.storage.milvus.schema). Queries are named
+vector (memsvc.storage.milvus.schema): memsvc's own since schema 5 (memsvc.domain.bm25),
+computed by Milvus from the text before. Queries are named
 for what they are for; their expressions come from memsvc.storage.milvus.expressions.
 """
 
@@ -19,13 +20,19 @@ from typing import Any, TypeVar
 import numpy as np
 import structlog
 
+from memsvc.domain.bm25 import KeywordQuery
 from memsvc.domain.errors import DiskFull, FailedPrecondition, StoreUnavailable
 from memsvc.domain.model_identity import ModelIdentity
 from memsvc.domain.records import Candidate, StoredChunk
 from memsvc.ports import SearchScope, Span
 from memsvc.storage.milvus import expressions as ex
 from memsvc.storage.milvus import lite, row_codec, schema
-from memsvc.storage.milvus.schema import CURRENT_SINCE, SCALAR_FIELDS, TURN_LINES_SINCE
+from memsvc.storage.milvus.schema import (
+    CURRENT_SINCE,
+    SCALAR_FIELDS,
+    TENANT_KEYWORDS_SINCE,
+    TURN_LINES_SINCE,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -101,6 +108,10 @@ class MilvusChunkStore:
     @property
     def keeps_turn_lines(self) -> bool:
         return self.schema_version >= TURN_LINES_SINCE
+
+    @property
+    def weighs_keywords(self) -> bool:
+        return self.schema_version >= TENANT_KEYWORDS_SINCE
 
     @property
     def _fields(self) -> list[str]:
@@ -310,10 +321,23 @@ class MilvusChunkStore:
 
     @_store_call
     def search_keyword(
-        self, text: str, scope: SearchScope, limit: int, whole: bool = False
+        self, query: KeywordQuery, scope: SearchScope, limit: int, whole: bool = False
     ) -> list[Candidate]:
         from pymilvus.exceptions import MilvusException
 
+        if self.weighs_keywords:
+            if not query.weights:
+                return []
+            result = self._client.search(
+                self.collection,
+                data=[dict(query.weights)],
+                anns_field="sparse",
+                limit=limit,
+                filter=ex.scope_expr(scope, self.marks_current),
+                output_fields=self._fields if whole else row_codec.CANDIDATE_FIELDS,
+                search_params={"metric_type": "IP"},
+            )
+            return row_codec.candidates(result[0], whole)
         if not self._rows_seen:
             # BM25 over an empty collection fails (below), and the Milvus Lite server prints
             # an assertion and pymilvus an ERROR traceback for it: a new deployment's first
@@ -325,7 +349,7 @@ class MilvusChunkStore:
             try:
                 result = self._client.search(
                     self.collection,
-                    data=[text],
+                    data=[query.text],
                     anns_field="sparse",
                     limit=limit,
                     filter=ex.scope_expr(scope, self.marks_current),
@@ -351,7 +375,10 @@ class MilvusChunkStore:
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         """Insert or replace whole rows by chunk_id; one call per batch."""
         if chunks:
-            rows = [row_codec.to_row(c, self.marks_current, self.keeps_turn_lines) for c in chunks]
+            rows = [
+                row_codec.to_row(c, self.marks_current, self.keeps_turn_lines, self.weighs_keywords)
+                for c in chunks
+            ]
             self._client.upsert(self.collection, rows)
 
     @_store_call
