@@ -49,13 +49,13 @@ def test_blocks_are_whole_and_merge_where_they_touch() -> None:
 
 def test_the_inner_product_is_bm25_over_the_tenants_documents() -> None:
     """A chunk's vector times the query's equals BM25 (k1 1.2, b 0.75) computed term by
-    term, with the document frequencies and count of the tenant's blocks."""
+    term, with the document frequencies and count of the tenant's documents."""
     turns = [
         ("t/1", 0, "user Ana: my puppy Biscuit likes the lake"),
         ("t/1", 4, "assistant Bot: the lake is cold in spring"),
         ("t/1", 8, "user Ana: Biscuit swam in the lake again"),
     ]
-    blocks = bm25.block_terms(turns)
+    blocks = bm25.block_documents(turns)
     changes = bm25.frequency_changes({}, blocks)
     documents = changes[("t/", bm25.DOCUMENTS)]
     frequencies = {term: n for (_, term), n in changes.items() if term != bm25.DOCUMENTS}
@@ -71,7 +71,25 @@ def test_the_inner_product_is_bm25_over_the_tenants_documents() -> None:
         df = frequencies.get(bm25.term_id(word), 0)
         idf = math.log(1 + (documents - df + 0.5) / (df + 0.5))
         tf = words.count(word)
-        norm = 1.2 * (1 - 0.75 + 0.75 * len(words) / bm25.AVERAGE_TERMS)
+        # a length counts terms, spaces and punctuation, as Milvus's analyzer did
+        length = len(words) + sum(1 for ch in chunk if not ch.isalnum())
+        norm = 1.2 * (1 - 0.75 + 0.75 * length / bm25.AVERAGE_LENGTH)
         expected += idf * tf * 2.2 / (tf + norm)
     assert documents == 3 and frequencies[bm25.term_id("lake")] == 3
     assert math.isclose(score, expected, rel_tol=1e-12)
+
+
+def test_a_long_turn_fills_several_documents_and_short_ones_share_one() -> None:
+    most = bm25.DOCUMENT_TERMS
+    long_turn = " ".join(f"w{i}" for i in range(2 * most + 40))
+    blocks = bm25.block_documents(
+        [("c", 0, "alpha beta"), ("c", 1, long_turn), ("c", 2, "gamma"), ("c", 5, "delta")]
+    )
+    sizes = [len(d) for d in blocks[("c", 0)]]
+    assert sizes == [2, most, most, 41]  # the long turn's tail and "gamma" share one
+    assert [len(d) for d in blocks[("c", 1)]] == [1]
+    changes = bm25.frequency_changes(blocks, {("c", 1): [{bm25.term_id("delta")}]})
+    assert changes == {
+        ("", bm25.DOCUMENTS): -4,
+        **{("", t): -1 for d in blocks[("c", 0)] for t in d},
+    }

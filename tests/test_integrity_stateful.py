@@ -394,7 +394,7 @@ class WritePath(RuleBasedStateMachine):
         with self.svc.log.snapshot() as log:
             rows = log.events(self.conv, self.live_turns())
         assert sorted(t for t, r in rows.items() if not r.deleted) == self.live_turns()
-        live = bm25.block_terms(
+        live = bm25.block_documents(
             (
                 self.conv,
                 t,

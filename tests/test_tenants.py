@@ -86,8 +86,8 @@ def test_another_tenants_writes_leave_a_tenants_keyword_scores_alone(
     sync(services, conversation("acme/1", EN_TURNS))
     query = "puppy Biscuit hiking trail"
 
-    def scores(access: Access, filters: SearchFilters) -> list[tuple[str, float]]:
-        request = SearchRequest(query, 10, filters, SearchMode.KEYWORD)
+    def scores(access: Access, filters: SearchFilters, top: int = 10) -> list[tuple[str, float]]:
+        request = SearchRequest(query, top, filters, SearchMode.KEYWORD)
         return [(h.chunk_id, h.score) for h in services.search.search(request, access).hits]
 
     def acme_scores() -> list[list[tuple[str, float]]]:
@@ -96,14 +96,28 @@ def test_another_tenants_writes_leave_a_tenants_keyword_scores_alone(
             scores(Access(Role.ADMIN), SearchFilters(("acme/1",))),
         ]
 
+    def unmoved(now: list[list[tuple[str, float]]]) -> bool:
+        """The same hits with the same scores, to float32's precision: Milvus sums a
+        score's terms in an order that other rows can change, by one unit in the last place
+        (on main the scores moved by -85 % / +191 %)."""
+        return [[i for i, _ in hits] for hits in now] == [
+            [i for i, _ in b] for b in before
+        ] and all(
+            s == pytest.approx(t, rel=1e-6)
+            for hits, b in zip(now, before, strict=True)
+            for (_, s), (_, t) in zip(hits, b, strict=True)
+        )
+
     before = acme_scores()
     everyone = scores(Access(Role.ADMIN), SearchFilters())
     assert before[0] and before[0] == before[1] == everyone
     others = [f"The puppy Biscuit {i} went hiking on the trail again." for i in range(40)]
     sync(services, conversation("beta/1", others))
-    assert acme_scores() == before
-    # the statistics of a search over every tenant do count beta/'s turns
-    assert scores(Access(Role.ADMIN), SearchFilters()) != everyone
+    assert unmoved(acme_scores())
+    # a search spanning both tenants does count beta/'s turns
+    both = dict(scores(Access(Role.ADMIN), SearchFilters(("acme/1", "beta/1")), 100))
+    top, score = before[0][0]
+    assert both[top] < score * 0.9
     services.deletion.delete("beta/1", TurnRange(0, 19), [])
     services.deletion.purge_deleted("beta/1")
-    assert acme_scores() == before
+    assert unmoved(acme_scores())

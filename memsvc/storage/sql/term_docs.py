@@ -53,23 +53,23 @@ class TermQueries:
         conversation when None): their terms are read before it and after it."""
         if spans is not None:
             spans = block_spans(spans)
-        before = self._block_terms(conversation_id, spans)
+        before = self._block_documents(conversation_id, spans)
         yield
-        after = self._block_terms(conversation_id, spans)
+        after = self._block_documents(conversation_id, spans)
         self.term_changes.update(bm25.frequency_changes(before, after))
 
-    def _block_terms(
+    def _block_documents(
         self, conversation_id: str, spans: Sequence[Span] | None
-    ) -> dict[bm25.Block, set[int]]:
+    ) -> dict[bm25.Block, list[set[int]]]:
         query = f"SELECT {_DOCUMENT} FROM events WHERE conversation_id = ? AND deleted = 0"
         if spans is None:
-            return bm25.block_terms(_documents(self.sql.rows(query, (conversation_id,))))
+            return bm25.block_documents(_documents(self.sql.rows(query, (conversation_id,))))
         rows: list[Sequence[object]] = []
         for start, end in spans:
             rows += self.sql.rows(
                 f"{query} AND turn_id BETWEEN ? AND ?", (conversation_id, start, end)
             )
-        return bm25.block_terms(_documents(rows))
+        return bm25.block_documents(_documents(rows))
 
     def write_term_counts(self) -> None:
         """All of a transaction's changes at its end, rows in key order: two writers never
@@ -137,7 +137,7 @@ def count_all_terms(sql: Sql) -> None:
             " AND turn_id > ? AND turn_id <= ?",
             (last[0], last[1], block_end),
         )
-        totals.update(bm25.frequency_changes({}, bm25.block_terms(_documents(rows))))
+        totals.update(bm25.frequency_changes({}, bm25.block_documents(_documents(rows))))
         after = (last[0], block_end)
     sql.many(
         "INSERT INTO term_docs (tenant, term, docs) VALUES (?, ?, ?)",
