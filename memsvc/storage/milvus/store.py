@@ -308,14 +308,20 @@ class MilvusChunkStore:
     def search_dense(
         self, vector: np.ndarray, scope: SearchScope, limit: int, whole: bool = False
     ) -> list[Candidate]:
+        data = np.asarray(vector, dtype=np.float32).tolist()
+        return self._search("vector", data, "IP", scope, limit, whole)
+
+    def _search(
+        self, field: str, data: Any, metric: str, scope: SearchScope, limit: int, whole: bool
+    ) -> list[Candidate]:
         result = self._client.search(
             self.collection,
-            data=[np.asarray(vector, dtype=np.float32).tolist()],
-            anns_field="vector",
+            data=[data],
+            anns_field=field,
             limit=limit,
             filter=ex.scope_expr(scope, self.marks_current),
             output_fields=self._fields if whole else row_codec.CANDIDATE_FIELDS,
-            search_params={"metric_type": "IP"},
+            search_params={"metric_type": metric},
         )
         return row_codec.candidates(result[0], whole)
 
@@ -328,16 +334,7 @@ class MilvusChunkStore:
         if self.weighs_keywords:
             if not query.weights:
                 return []
-            result = self._client.search(
-                self.collection,
-                data=[dict(query.weights)],
-                anns_field="sparse",
-                limit=limit,
-                filter=ex.scope_expr(scope, self.marks_current),
-                output_fields=self._fields if whole else row_codec.CANDIDATE_FIELDS,
-                search_params={"metric_type": "IP"},
-            )
-            return row_codec.candidates(result[0], whole)
+            return self._search("sparse", dict(query.weights), "IP", scope, limit, whole)
         if not self._rows_seen:
             # BM25 over an empty collection fails (below), and the Milvus Lite server prints
             # an assertion and pymilvus an ERROR traceback for it: a new deployment's first
@@ -347,16 +344,7 @@ class MilvusChunkStore:
             self._rows_seen = True
         for attempt in range(KEYWORD_STATS_TRIES):
             try:
-                result = self._client.search(
-                    self.collection,
-                    data=[query.text],
-                    anns_field="sparse",
-                    limit=limit,
-                    filter=ex.scope_expr(scope, self.marks_current),
-                    output_fields=self._fields if whole else row_codec.CANDIDATE_FIELDS,
-                    search_params={"metric_type": "BM25"},
-                )
-                return row_codec.candidates(result[0], whole)
+                return self._search("sparse", query.text, "BM25", scope, limit, whole)
             except MilvusException as exc:
                 # Milvus Lite 2.5.1 computes BM25 statistics over an empty collection as NaN
                 # and fails the search ("Invalid sparse row: NaN or Inf value"): nothing to
