@@ -23,6 +23,21 @@ def test_terms_are_lower_cased_stemmed_words_and_chinese_words() -> None:
     assert bm25.terms("我的Python书") == ["我", "的", "python", "书"]
 
 
+def test_chinese_runs_are_cut_as_jieba_cuts_them_long_or_repeated() -> None:
+    """Short runs are cut once and remembered, long ones each time: the words are jieba's
+    either way, in order."""
+    import jieba
+
+    short = "我想订一张书桌"
+    long_run = "我下周要去东京旅行护照放哪里了" * 4  # past the remembered length
+    text = f"{short}，{long_run}。{short}！"
+    expected = [
+        w for run in (short, long_run, short) for w in jieba.cut_for_search(run) if w.strip()
+    ]
+    assert len(long_run) > bm25.CACHED_HAN_RUN
+    assert bm25.terms(text) == bm25.terms(text) == expected
+
+
 def test_a_search_spans_the_tenants_of_its_ids_else_of_its_prefixes() -> None:
     assert bm25.tenant("acme/u1/s1") == "acme/" and bm25.tenant("plain") == ""
     assert bm25.tenants_of(["acme/1", "beta/2", "solo"], ["x/"]) == bm25.Tenants(
