@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 # One ONNX export of the bundled model for every server the tests start (in-process and
@@ -24,6 +26,14 @@ from memsvc.domain.types import MemoryEvent
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder
 from memsvc.embedding.providers import load_embedder
 from tests.support.postgres import PostgresCluster
+
+# Machines here are shared and their speed varies up to 3x: Hypothesis's own timing checks
+# (200 ms an example, slow input generation) are timing assertions there. A lone make test
+# beside a CI run failed once on "input generation is slow" (one draw took 1.3 s).
+hypothesis_settings.register_profile(
+    "memsvc", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+hypothesis_settings.load_profile("memsvc")
 
 # What serves the local model's two paths (status, memsvc_build_info): one runtime, or each
 # path's when the measurement chose two (memsvc.embedding.tuning).
