@@ -49,7 +49,8 @@ from _common import DEFAULT_EVAL, ROOT, ingest, machine, percentile
 from evals import beam, locomo
 from memsvc.config import Settings
 from memsvc.domain.types import MemoryEvent
-from memsvc.embedding.model import BUNDLED_MODEL_NAME, load_local_embedder
+from memsvc.embedding.loading import load_local_embedder
+from memsvc.embedding.model import BUNDLED_MODEL_NAME
 from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.support.embedding_server import REMOTE_MODEL_NAME, InfinityServer, bundled_model_dir

@@ -155,7 +155,7 @@ def test_servers_starting_together_measure_once(
 
 
 def test_a_forced_backend_runs_both_paths(tmp_path: Path, embedder: Embedder) -> None:
-    from memsvc.embedding.model import _load_flag_model
+    from memsvc.embedding.loading import _load_flag_model
 
     model_dir = bundled_model_path()
     flag = _load_flag_model(str(model_dir), "mean", None, 16)

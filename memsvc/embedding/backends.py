@@ -6,8 +6,9 @@ they were pooled from (parts of a text pooled on their own: memsvc.embedding.par
 ONNX backend is the torch model exported once into the model cache (attention fused where
 ONNX Runtime can; pooling and normalisation inside the graph, the token states a second
 output), and is used only if it reproduces the torch vectors on a
-fixed probe set (cosine >= PARITY_MIN_COSINE). Which one runs each path is measured on the
-machine (memsvc.embedding.tuning).
+fixed probe set (cosine >= PARITY_MIN_COSINE): torch's own at a full load, as recorded
+beside the export at a start on the export alone (memsvc.embedding.verified_export).
+Which one runs each path is measured on the machine (memsvc.embedding.tuning).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -46,6 +48,10 @@ PARITY_PROBES = (
     "A longer passage about hiking near Lake Tahoe in the spring, " * 12,
     "她喜欢在周末画日落，也喜欢和朋友一起去海边散步。" * 6,
 )
+
+# torch's vectors of the probe texts, kept beside the export they verified.
+REFERENCE_NAME = "torch-probes.json"
+REFERENCE_FORMAT = 1
 
 # One padded batch: input_ids, attention_mask (and token_type_ids where the model has them).
 Batch = Mapping[str, np.ndarray]
@@ -195,12 +201,43 @@ def _checked_onnx(
                     f"the ONNX export does not reproduce the torch vectors: lowest cosine"
                     f" {cosine:.6f} < {PARITY_MIN_COSINE} on the probe texts ({path})"
                 )
+            record_reference(export_dir, expected)
             return backend, cosine
         except Exception:
             if fresh or attempt == 2:
                 raise
             path.unlink(missing_ok=True)
     raise AssertionError("unreachable")
+
+
+def record_reference(export_dir: Path, vectors: np.ndarray) -> None:
+    """torch's vectors of the probe texts, beside the export they verified (a start on the
+    export alone checks against them: memsvc.embedding.verified_export). Written whole
+    (rename); a cache that cannot be written costs a full start next time, nothing more."""
+    record = export_dir / REFERENCE_NAME
+    data = {
+        "format": REFERENCE_FORMAT,
+        "probes": list(PARITY_PROBES),
+        "vectors": np.asarray(vectors, dtype=np.float32).tolist(),
+    }
+    try:
+        partial = record.with_name(f".{record.name}.{os.getpid()}")
+        partial.write_text(json.dumps(data) + "\n")
+        os.replace(partial, record)
+    except OSError:
+        pass
+
+
+def recorded_reference(export_dir: Path) -> np.ndarray | None:
+    """The recorded torch vectors of today's probe texts, or None."""
+    try:
+        data = json.loads((export_dir / REFERENCE_NAME).read_text())
+        if data.get("format") != REFERENCE_FORMAT or data.get("probes") != list(PARITY_PROBES):
+            return None
+        vectors = np.asarray(data["vectors"], dtype=np.float32)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return vectors if vectors.shape == (len(PARITY_PROBES), vectors.shape[-1]) else None
 
 
 def parity(a: np.ndarray, b: np.ndarray) -> float:
@@ -212,15 +249,14 @@ def model_files_key(model_dir: Path, name: str) -> str:
     """Identifies the weights without reading them: file names, sizes and modification times
     of the model directory, plus the model name and the versions of the exporting stack
     (the parity check at every load catches anything this misses)."""
-    import onnx
-    import torch
-
     entries = sorted(
         (str(p.relative_to(model_dir)), p.stat().st_size, int(p.stat().st_mtime))
         for p in model_dir.rglob("*")
         if p.is_file()
     )
-    stack = [EXPORT_FORMAT, torch.__version__, onnx.__version__]
+    # The versions as installed, not as imported: a start on the export alone imports
+    # neither package.
+    stack = [EXPORT_FORMAT, version("torch"), version("onnx")]
     blob = json.dumps([stack, name, str(model_dir.resolve()), entries])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

@@ -27,7 +27,7 @@ def load_embedder(settings: Settings) -> Embedder:
         embedder: Embedder = _remote(settings)
     else:
         try:
-            from memsvc.embedding.model import load_local_embedder
+            from memsvc.embedding.loading import load_local_embedder
         except ImportError as exc:  # pragma: no cover - the slim install
             raise RuntimeError(_SLIM_INSTALL) from exc
         try:
@@ -50,7 +50,7 @@ def fingerprinted(embedder: Embedder) -> ModelIdentity:
 
 
 def _remote(settings: Settings) -> Embedder:
-    from memsvc.embedding.model import query_instruction
+    from memsvc.embedding.loading import query_instruction
     from memsvc.embedding.remote import RemoteConfig, RemoteEmbedder, headers
     from memsvc.embedding.tokens import TokenCounter
 

@@ -17,7 +17,7 @@ def run_tune(settings: Settings, as_json: bool) -> int:
         print("memsvc tune: MEMSVC_EMBED_PROVIDER=openai runs no model here; nothing to tune")
         return 2
     os.environ.setdefault("TQDM_DISABLE", "1")
-    from memsvc.embedding.model import load_local_embedder
+    from memsvc.embedding.loading import load_local_embedder
 
     # Measure every runtime whatever MEMSVC_EMBED_BACKEND says: the record serves `auto`.
     embedder = load_local_embedder(settings.model_copy(update={"embed_backend": "auto"}), True)

@@ -1,0 +1,292 @@
+"""Finding and loading the local model: its directory (as given, the hub cache, or the hub),
+FlagEmbedding's FlagModel (the loader of record) with the bundled model as the fallback,
+the ONNX export checked against it, and the runtime each path runs on. A start whose export
+was verified before, and whose paths both run on it, loads the export and the tokenizer
+only (memsvc.embedding.verified_export).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import structlog
+
+from memsvc.config import Settings
+from memsvc.domain.records import DEFAULT_MAX_TOKENS, ModelInfo
+from memsvc.embedding.backends import model_files_key
+from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, bundled_model_path, tokenize
+from memsvc.embedding.tuning import Runtimes, select_runtimes, usable_cores
+from memsvc.embedding.verified_export import EXPORT_NAME, onnx_runtimes
+
+log = structlog.get_logger(__name__)
+
+# Query instructions of models known to want one (FlagEmbedding's own table for BGE).
+KNOWN_QUERY_INSTRUCTIONS = {
+    "bge-small-zh": "为这个句子生成表示以用于检索相关文章：",
+    "bge-base-zh": "为这个句子生成表示以用于检索相关文章：",
+    "bge-large-zh": "为这个句子生成表示以用于检索相关文章：",
+    "bge-small-en": "Represent this sentence for searching relevant passages: ",
+    "bge-base-en": "Represent this sentence for searching relevant passages: ",
+    "bge-large-en": "Represent this sentence for searching relevant passages: ",
+}
+HUB_CONNECT_TIMEOUT_S = 3.0
+
+
+def resolve_model_dir(model: str) -> Path:
+    """A local directory holding the model: as given, from the hub cache, or downloaded.
+
+    The hub is tried only when its host answers within seconds, so an offline start-up
+    fails fast instead of sitting in the hub client's retry loop.
+    """
+    local = Path(model).expanduser()
+    if local.is_dir():
+        return local
+    if model == BUNDLED_MODEL_NAME:
+        return bundled_model_path()
+    from huggingface_hub import constants, snapshot_download
+
+    try:
+        return Path(snapshot_download(model, local_files_only=True))
+    except Exception:
+        pass
+    host = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection(
+            (host.hostname or "", host.port or 443), timeout=HUB_CONNECT_TIMEOUT_S
+        ).close()
+    except OSError as exc:
+        raise RuntimeError(
+            f"model {model!r} is neither a local directory nor in the hub cache, and the hub"
+            f" ({constants.ENDPOINT}) is unreachable: {exc}"
+        ) from exc
+    return Path(snapshot_download(model))
+
+
+def _pooling_for(model_dir: Path) -> str:
+    """Pooling from the sentence-transformers config (1_Pooling/config.json), else CLS."""
+    config = model_dir / "1_Pooling" / "config.json"
+    if not config.is_file():
+        return "cls"
+    data = json.loads(config.read_text())
+    return "mean" if data.get("pooling_mode_mean_tokens") else "cls"
+
+
+def query_instruction(model: str, override: str | None) -> str | None:
+    if override is not None:
+        return override or None
+    name = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    for prefix, instruction in KNOWN_QUERY_INSTRUCTIONS.items():
+        if name.startswith(prefix):
+            return instruction
+    return None
+
+
+def _load_flag_model(path: str, pooling: str, instruction: str | None, batch: int) -> Any:
+    from FlagEmbedding import FlagModel
+
+    return FlagModel(
+        path,
+        query_instruction_for_retrieval=instruction,
+        pooling_method=pooling,
+        use_fp16=False,
+        normalize_embeddings=True,
+        devices="cpu",
+        batch_size=batch,
+    )
+
+
+def fallback_notice(configured: str) -> str:
+    """What the fallback means, and how to end it: said by the log, /readyz, GetIndexStatus
+    (ServerInfo.model_notice), `memsvc status` and the console's banner."""
+    return (
+        f"{configured} could not be loaded, so the bundled {BUNDLED_MODEL_NAME} serves: an"
+        " English-only model. Chinese (and other non-English) text is found by its keywords"
+        " only, not by meaning, and its vectors are not comparable with the configured"
+        " model's. To fix: copy the model to a directory and set MEMSVC_EMBED_MODEL to it (or"
+        " let the model hub be reached once); MEMSVC_EMBED_FALLBACK=false makes this an error."
+    )
+
+
+def default_model_cache(data_dir: Path) -> Path:
+    """Where the ONNX export and the runtime timings go without MEMSVC_MODEL_CACHE_DIR: the
+    user's cache ($XDG_CACHE_HOME or ~/.cache, /memsvc/model-cache), so a machine exports
+    and times the model once, not once per data dir (a first start spent 39-76 s timing
+    runtimes again in every new one); the data dir's own when that cannot be written."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    shared = base / "memsvc" / "model-cache"
+    try:
+        shared.mkdir(parents=True, exist_ok=True)
+        if os.access(shared, os.W_OK):
+            return shared
+    except OSError:
+        pass
+    return data_dir / "model-cache"
+
+
+def load_local_embedder(settings: Settings, tune_again: bool = False) -> Embedder:
+    """Load the configured model; on failure, the bundled MiniLM model if fallback is allowed.
+    Each path runs on the runtime measured fastest here (`tune_again`: measure anew). Where
+    that is the model's verified ONNX export for both paths, the export and the tokenizer
+    are all that load (memsvc.embedding.verified_export)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    # count_tokens measures over-long texts on purpose (to split or refuse them); the
+    # tokenizer's "longer than the maximum sequence length" warning is noise here.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    threads = {
+        "torch": settings.torch_threads or usable_cores(),
+        "onnx": settings.onnx_threads or usable_cores(),
+    }
+    cache_dir = settings.model_cache_dir or default_model_cache(settings.data_dir)
+    model = settings.embed_model
+    try:
+        model_dir = resolve_model_dir(model)
+    except Exception as exc:
+        return _load_flag_embedder(settings, threads, cache_dir, tune_again, exc)
+    if not tune_again:
+        verified = _from_verified_export(settings, model_dir, threads, cache_dir)
+        if verified is not None:
+            return verified
+    return _load_flag_embedder(settings, threads, cache_dir, tune_again, model_dir)
+
+
+def _from_verified_export(
+    settings: Settings, model_dir: Path, threads: dict[str, int], cache_dir: Path
+) -> Embedder | None:
+    """The configured model on its verified export alone, or None: load it in full."""
+    model = settings.embed_model
+    export_dir = cache_dir / model_files_key(model_dir, model)
+    if not (export_dir / EXPORT_NAME).is_file():  # a first start: nothing to import for
+        return None
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        # As FlagEmbedding's FlagModel loads them.
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        config = AutoConfig.from_pretrained(str(model_dir))
+    except Exception:
+        return None  # the full load says why, or falls back
+    max_tokens = _token_limit(tokenizer, config)
+    runtimes = onnx_runtimes(
+        settings.embed_backend,
+        export_dir,
+        lambda texts: tokenize(tokenizer, texts, max_tokens),
+        threads,
+    )
+    if runtimes is None:
+        return None
+    pooling = _pooling_for(model_dir)
+    instruction = query_instruction(model, settings.query_instruction)
+    info = ModelInfo(
+        model, int(config.hidden_size), pooling, instruction, False, max_tokens=max_tokens
+    )
+    return _ready(
+        Embedder(
+            tokenizer,
+            runtimes.passage,
+            info,
+            settings.embed_batch_size,
+            query_backend=runtimes.query,
+            tuning=runtimes.tuning,
+        )
+    )
+
+
+def _load_flag_embedder(
+    settings: Settings,
+    threads: dict[str, int],
+    cache_dir: Path,
+    tune_again: bool,
+    resolved: Path | Exception,
+) -> Embedder:
+    """The model loaded by FlagEmbedding (the bundled one when it cannot be and fallback is
+    allowed), its export checked against it, its runtimes measured or recalled.
+    `resolved`: the model's directory, or why it was not found."""
+    import torch
+
+    torch.set_num_threads(threads["torch"])
+    model = settings.embed_model
+    fallback = False
+    notice = ""
+    try:
+        if isinstance(resolved, Exception):
+            raise resolved
+        model_dir = resolved
+        pooling = _pooling_for(model_dir)
+        instruction = query_instruction(model, settings.query_instruction)
+        flag = _load_flag_model(str(model_dir), pooling, instruction, settings.embed_batch_size)
+        name = model
+    except Exception as exc:
+        if not settings.embed_fallback:
+            raise RuntimeError(
+                f"cannot load embedding model {model!r} and fallback is off"
+                f" (MEMSVC_EMBED_FALLBACK=false): {exc}"
+            ) from exc
+        model_dir = bundled_model_path()
+        pooling = _pooling_for(model_dir)
+        instruction = query_instruction(BUNDLED_MODEL_NAME, settings.query_instruction)
+        flag = _load_flag_model(str(model_dir), pooling, instruction, settings.embed_batch_size)
+        name = BUNDLED_MODEL_NAME
+        fallback = True
+        notice = fallback_notice(model)
+        log.warning(
+            "embed_model_fallback",
+            configured=model,
+            using=BUNDLED_MODEL_NAME,
+            reason=str(exc).splitlines()[0][:300],
+            means=notice,
+        )
+    config = flag.model.config
+    info = ModelInfo(
+        name,
+        int(config.hidden_size),
+        pooling,
+        instruction,
+        fallback,
+        max_tokens=_token_limit(flag.tokenizer, config),
+        notice=notice if fallback else "",
+    )
+    runtimes: Runtimes = select_runtimes(
+        settings.embed_backend,
+        flag.model,
+        pooling,
+        info.max_tokens,
+        lambda texts: tokenize(flag.tokenizer, texts, info.max_tokens),
+        cache_dir / model_files_key(model_dir, name),
+        threads,
+        again=tune_again,
+        repeats=settings.tune_repeats,
+    )
+    return _ready(
+        Embedder(
+            flag.tokenizer,
+            runtimes.passage,
+            info,
+            settings.embed_batch_size,
+            query_backend=runtimes.query,
+            tuning=runtimes.tuning,
+        )
+    )
+
+
+def _ready(embedder: Embedder) -> Embedder:
+    embedder.encode_queries(["warm-up"])  # the first forward pass pays one-off set-up costs
+    return embedder
+
+
+def _token_limit(tokenizer: Any, config: Any) -> int:
+    """Tokens the model reads per text: its position table, capped by the tokenizer's
+    declared maximum where that is a real number (some tokenizers declare 10^30)."""
+    limit = int(getattr(config, "max_position_embeddings", DEFAULT_MAX_TOKENS))
+    declared = getattr(tokenizer, "model_max_length", None)
+    if isinstance(declared, int) and 0 < declared < 1_000_000:
+        limit = min(limit, declared)
+    return limit
