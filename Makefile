@@ -67,12 +67,13 @@ test-browser: $(VENV)/.dev
 
 # Embedding through a real OpenAI-compatible server: Infinity (in .venv-infinity, torch
 # first as for memsvc) serving the bundled model. What differs between providers runs
-# again through it: search, chunking (the server's token counts) and the write path's
-# integrity, on the SQLite log only (the log does not meet the embedder; the state
-# machine's randomized steps are the log's and the store's, the same for every provider,
-# so it runs once, in make test); then tests/embedders (parity, faults, identity, the slim install, the alert),
-# a file per worker: each worker starts its own Infinity, and the alert's minute-long
-# outage runs beside the rest.
+# again through it (the tests marked `providers`: its vectors in every search mode, the
+# server's token counts in the layout, its calls under deletes and concurrent writes), on
+# the SQLite log only (the log does not meet the embedder; the rest of those suites, and
+# the state machine, exercise the log and the store, the same for every provider, so they
+# run once, in make test); then tests/embedders (parity, faults, identity, the slim
+# install, the alert), a file per worker: each worker starts its own Infinity, and the
+# alert's minute-long outage runs beside the rest.
 INFINITY_VENV := .venv-infinity
 $(INFINITY_VENV)/.done: tests/infinity-requirements.txt
 	test -x $(INFINITY_VENV)/bin/python || $(PYTHON) -m venv $(INFINITY_VENV)
@@ -84,7 +85,7 @@ infinity-venv: $(INFINITY_VENV)/.done
 REMOTE_SUITES := tests/test_search.py tests/test_integrity.py tests/test_chunking.py
 test-embedders: $(VENV)/.dev $(INFINITY_VENV)/.done
 	$(PY) -m tests.support.embedding_server $(PY) -m pytest -q -n $(TEST_WORKERS) \
-		-p no:cacheprovider -k "not postgres" $(REMOTE_SUITES) $(PYTEST_ARGS)
+		-p no:cacheprovider -m providers -k "not postgres" $(REMOTE_SUITES) $(PYTEST_ARGS)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m embedders -p no:cacheprovider \
 		tests/embedders $(PYTEST_ARGS)
 

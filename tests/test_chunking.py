@@ -151,6 +151,7 @@ def _render_all(
     return out
 
 
+@pytest.mark.providers
 @pytest.mark.parametrize(
     ("name", "texts", "names"),
     [("zh", ZH_TURNS, False), ("en", EN_TURNS, False), ("en_named", EN_TURNS, True)],
@@ -164,12 +165,14 @@ def test_golden_chunks(name: str, texts: list[str], names: bool, embedder: Embed
     assert got == json.loads(path.read_text())
 
 
+@pytest.mark.providers
 def test_rendered_chunks_fit_the_model(embedder: Embedder) -> None:
     long_turns = ["word " * 300, "词语" * 400, "short reply"]
     for chunk in _render_all(long_turns, embedder):
         assert embedder.count_tokens([str(chunk["text"])])[0] + 2 <= 512
 
 
+@pytest.mark.providers
 def test_each_turn_is_labelled_in_its_own_language(embedder: Embedder) -> None:
     # issue 66: a mixed English/Chinese chunk labelled every turn 用户(Ana) / 助手
     texts = [

@@ -68,6 +68,7 @@ SECRET = "My bank password is hunter2."
 
 
 # -- 1. deleted content comes back ------------------------------------------------------------
+@pytest.mark.providers
 def test_1a_delete_while_the_worker_embeds_wins(services: Services) -> None:
     """The worker built the chunks, the delete lands while it embeds, then it writes."""
     with worker_held(services):
@@ -176,6 +177,7 @@ def test_2_unknown_chunk_id_changes_nothing(
 
 
 # -- 3. range delete keeps neighbours searchable --------------------------------------------
+@pytest.mark.providers
 def test_3_range_delete_keeps_surviving_turns_searchable(services: Services) -> None:
     sync(services, conversation("d3", EN_TURNS))
     result = services.deletion.delete("d3", TurnRange(2, 2), [])
@@ -238,6 +240,7 @@ def _chunk_id(conv: str, span: TurnRange, version: int) -> str:
 
 
 # -- 6. concurrent writers ------------------------------------------------------------------
+@pytest.mark.providers
 def test_6_concurrent_build_and_upsert_converge(services: Services) -> None:
     events = [
         turn("d6", i, f"Turn {i}: the weather in city number {i} is mild.") for i in range(24)
@@ -266,6 +269,7 @@ def test_6_concurrent_build_and_upsert_converge(services: Services) -> None:
 
 
 # -- 7. accepted means indexable ------------------------------------------------------------
+@pytest.mark.providers
 def test_7_hostile_but_accepted_content_is_indexed(services: Services) -> None:
     blob = "QUJD" * 5000  # 20,000 characters of base64, no spaces
     names = [[f"Guest {t}-{i}" for i in range(64)] for t in range(4)]
@@ -290,6 +294,7 @@ def test_7_hostile_but_accepted_content_is_indexed(services: Services) -> None:
 
 
 # -- 8. a lost Build result ------------------------------------------------------------------
+@pytest.mark.providers
 def test_8_resending_after_a_lost_build_recovers(services: Services) -> None:
     events = conversation("d8", EN_TURNS)
     services.ingest.build(events)  # the caller dies before upserting

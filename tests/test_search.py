@@ -78,6 +78,7 @@ def test_mmr_prefers_diverse_candidates() -> None:
     assert [text[c] for c, _ in mmr_select(ranked, vectors, 2, 0.3)] == ["a", "b"]
 
 
+@pytest.mark.providers
 def test_filters_hold_in_every_mode(services: Services) -> None:
     for conv in ("s1", "s2"):
         built = services.ingest.build(conversation(conv, EN_TURNS))
@@ -198,6 +199,7 @@ def test_hit_removed_between_search_and_read_is_replaced_by_the_next(
     assert len(after) == top_k and removed not in {h.chunk_id for h in after}
 
 
+@pytest.mark.providers
 @pytest.mark.parametrize("mode", [SearchMode.DENSE, SearchMode.KEYWORD])
 def test_single_list_search_reads_whole_records_in_the_search(
     services: Services, monkeypatch: pytest.MonkeyPatch, mode: SearchMode
@@ -232,6 +234,7 @@ def stored_records(services: Services, conv: str) -> dict[str, ChunkRecord]:
     return {c.record.chunk_id: c.record for c in services.store.chunks_of(conv, deleted=None)}
 
 
+@pytest.mark.providers
 @pytest.mark.parametrize("turn_budget", [0, 20])
 def test_hybrid_hits_returned_recently_are_not_read_again(
     services: Services, monkeypatch: pytest.MonkeyPatch, turn_budget: int
