@@ -19,7 +19,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -161,19 +161,13 @@ def tuned(
     calls per runtime and shape) and recorded; and whether it was measured now. `again`
     measures regardless (`memsvc tune`)."""
 
-    def recorded() -> Tuning | None:
-        known = load(record)
-        if known is None or known.machine != machine:
-            return None
-        return known if set(known.timings_ms) == set(runtimes) else None
-
-    known = None if again else recorded()
+    known = None if again else recorded(record, machine, runtimes)
     if known is not None:
         return known, False
     record.parent.mkdir(parents=True, exist_ok=True)
     # Servers starting together on one cache measure once, not against each other's load.
     with locked(record.with_name(".tuning.lock")):
-        known = None if again else recorded()
+        known = None if again else recorded(record, machine, runtimes)
         if known is not None:
             return known, False
         startup.enter("timing the model's runtimes on this machine (once per machine)")
@@ -184,6 +178,27 @@ def tuned(
         tuning = choose(measure(runtimes, shapes, repeats), machine)
         save(record, tuning)
     return tuning, True
+
+
+def recorded(record: Path, machine: Mapping[str, Any], runtimes: Iterable[str]) -> Tuning | None:
+    """The record's tuning if it was measured on this machine, of these runtimes."""
+    known = load(record)
+    if known is None or known.machine != machine:
+        return None
+    return known if set(known.timings_ms) == set(runtimes) else None
+
+
+def log_choice(tuning: Tuning, fresh: bool) -> None:
+    """What runs each path, and why: measured now (`fresh`) or recorded before."""
+    log.info(
+        "embed_runtimes_tuned" if fresh else "embed_runtimes_recorded",
+        query=tuning.query,
+        passage=tuning.passage,
+        timings_ms=tuning.timings_ms,
+        cpu=tuning.machine["cpu"],
+        cores=tuning.machine["cores"],
+        measured_at=tuning.measured_at,
+    )
 
 
 def load(record: Path) -> Tuning | None:
@@ -258,13 +273,5 @@ def select_runtimes(
         tuning = Tuning("torch", "torch", {}, machine, "", forced=True)
     else:
         tuning, fresh = tuned(export_dir / "tuning.json", machine, paths, tokenize, again, repeats)
-        log.info(
-            "embed_runtimes_tuned" if fresh else "embed_runtimes_recorded",
-            query=tuning.query,
-            passage=tuning.passage,
-            timings_ms=tuning.timings_ms,
-            cpu=machine["cpu"],
-            cores=machine["cores"],
-            measured_at=tuning.measured_at,
-        )
+        log_choice(tuning, fresh)
     return Runtimes(paths[tuning.passage]["passage"], paths[tuning.query]["query"], tuning)

@@ -28,7 +28,7 @@ from memsvc.embedding.backends import (
     parity,
     recorded_reference,
 )
-from memsvc.embedding.tuning import Runtimes, Tuning, load, machine_facts
+from memsvc.embedding.tuning import Runtimes, Tuning, log_choice, machine_facts, recorded
 
 log = structlog.get_logger(__name__)
 
@@ -52,13 +52,8 @@ def onnx_runtimes(
     if wanted == "onnx":
         tuning = Tuning("onnx", "onnx", {}, machine, "", forced=True)
     else:
-        known = load(export_dir / "tuning.json")
-        if (
-            known is None
-            or known.machine != machine
-            or set(known.timings_ms) != {"torch", "onnx"}
-            or (known.query, known.passage) != ("onnx", "onnx")
-        ):
+        known = recorded(export_dir / "tuning.json", machine, ("torch", "onnx"))
+        if known is None or (known.query, known.passage) != ("onnx", "onnx"):
             return None
         tuning = known
     try:
@@ -77,13 +72,5 @@ def onnx_runtimes(
         against="torch's recorded vectors",
     )
     if not tuning.forced:
-        log.info(
-            "embed_runtimes_recorded",
-            query=tuning.query,
-            passage=tuning.passage,
-            timings_ms=tuning.timings_ms,
-            cpu=machine["cpu"],
-            cores=machine["cores"],
-            measured_at=tuning.measured_at,
-        )
+        log_choice(tuning, fresh=False)
     return Runtimes(backend, backend.for_queries(), tuning)
