@@ -10,22 +10,17 @@ TORCH := torch==2.13.0
 # machine whose pip points at PyPI, TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu.
 TORCH_INDEX_URL ?=
 TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
-# No byte-compiling at install: pip compiles every file it installs (torch's and
-# transformers' thousands), which was two thirds of an install's time (torch, transformers
-# and onnxruntime 36 s -> 13 s, Intel Xeon 2 cores); Python compiles what it imports, once,
-# on first import (1.6 s more, the first time only).
-PIP_FLAGS := -q --disable-pip-version-check --no-compile
 
 .PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-async bench-perf bench-tracing bench-scale bench-scale-plot bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients test-clients-node test-clients-python test-clients-go
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install $(PIP_FLAGS) $(TORCH_FROM) $(TORCH)
-	$(PIP) install $(PIP_FLAGS) -e ".[local]"
+	$(PIP) install -q --disable-pip-version-check $(TORCH_FROM) $(TORCH)
+	$(PIP) install -q --disable-pip-version-check -e ".[local]"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.base
-	$(PIP) install $(PIP_FLAGS) -e ".[local,dev,otel]"
+	$(PIP) install -q --disable-pip-version-check -e ".[local,dev,otel]"
 	touch $@
 
 run: $(VENV)/.base
@@ -82,8 +77,8 @@ test-browser: $(VENV)/.dev
 INFINITY_VENV := .venv-infinity
 $(INFINITY_VENV)/.done: tests/infinity-requirements.txt
 	test -x $(INFINITY_VENV)/bin/python || $(PYTHON) -m venv $(INFINITY_VENV)
-	$(INFINITY_VENV)/bin/pip install $(PIP_FLAGS) $(TORCH_FROM) $(TORCH)
-	$(INFINITY_VENV)/bin/pip install $(PIP_FLAGS) -r tests/infinity-requirements.txt
+	$(INFINITY_VENV)/bin/pip install -q --disable-pip-version-check $(TORCH_FROM) $(TORCH)
+	$(INFINITY_VENV)/bin/pip install -q --disable-pip-version-check -r tests/infinity-requirements.txt
 	touch $@
 infinity-venv: $(INFINITY_VENV)/.done
 
@@ -149,7 +144,7 @@ CLIENT_VENV := clients/python/.venv
 # The frameworks at the versions their cases were checked against (constraints.txt).
 $(CLIENT_VENV)/.installed: clients/python/pyproject.toml clients/python/constraints.txt
 	test -x $(CLIENT_VENV)/bin/python || $(PYTHON) -m venv $(CLIENT_VENV)
-	$(CLIENT_VENV)/bin/python -m pip install $(PIP_FLAGS) \
+	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check \
 		-c clients/python/constraints.txt "./clients/python[langchain,openai-agents,llama-index,google-adk]"
 	touch $@
 
@@ -157,7 +152,7 @@ $(CLIENT_VENV)/.installed: clients/python/pyproject.toml clients/python/constrai
 CREWAI_VENV := clients/python/.venv-crewai
 $(CREWAI_VENV)/.installed: clients/python/pyproject.toml
 	test -x $(CREWAI_VENV)/bin/python || $(PYTHON) -m venv $(CREWAI_VENV)
-	$(CREWAI_VENV)/bin/python -m pip install $(PIP_FLAGS) ./clients/python crewai==1.15.30
+	$(CREWAI_VENV)/bin/python -m pip install -q --disable-pip-version-check ./clients/python crewai==1.15.30
 	touch $@
 
 # Three independent parts (each starts servers of its own): `make -j3 --output-sync=target
@@ -167,11 +162,11 @@ test-clients-node: $(VENV)/.dev clients/node_modules/.installed
 	cd clients && npm test
 test-clients-python: $(VENV)/.dev $(CLIENT_VENV)/.installed $(CREWAI_VENV)/.installed
 	$(PY) clients/python/stubs.py
-	$(CLIENT_VENV)/bin/python -m pip install $(PIP_FLAGS) --no-deps \
+	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps \
 		--force-reinstall ./clients/python
 	cd clients/python && MEMSVC_PYTHON=$(abspath $(PY)) .venv/bin/python -m unittest discover \
 		-s tests -t . -v
-	$(CREWAI_VENV)/bin/python -m pip install $(PIP_FLAGS) --no-deps \
+	$(CREWAI_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps \
 		--force-reinstall ./clients/python
 	cd clients/python && MEMSVC_PYTHON=$(abspath $(PY)) .venv-crewai/bin/python -m unittest \
 		discover -s tests_crewai -t . -v
@@ -188,7 +183,7 @@ bench-recall: $(VENV)/.dev $(INFINITY_VENV)/.done
 
 # MemsvcSession's pop_item and clear_session against the SDK's SQLiteSession (client venv).
 bench-session: $(VENV)/.dev $(CLIENT_VENV)/.installed
-	$(CLIENT_VENV)/bin/python -m pip install $(PIP_FLAGS) --no-deps \
+	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps \
 		--force-reinstall ./clients/python
 	MEMSVC_PYTHON=$(abspath $(PY)) $(CLIENT_VENV)/bin/python benchmarks/session_pop.py $(ARGS)
 
@@ -221,7 +216,7 @@ bench-scale: $(VENV)/.dev
 # The curves of bench-scale runs (their --json files) as one PNG; matplotlib installed here
 # on first use (not a dependency of memsvc): make bench-scale-plot ARGS="run.json --out f.png"
 bench-scale-plot: $(VENV)/.dev
-	$(PY) -c "import matplotlib" 2>/dev/null || $(PIP) install $(PIP_FLAGS) matplotlib==3.11.2
+	$(PY) -c "import matplotlib" 2>/dev/null || $(PIP) install -q --disable-pip-version-check matplotlib==3.11.2
 	$(PY) benchmarks/scale_plot.py $(ARGS)
 
 # The local model against the same model behind Infinity (.venv-infinity, make infinity-venv).
@@ -231,8 +226,8 @@ bench-embedders: $(VENV)/.dev $(INFINITY_VENV)/.done
 PEER_VENV := .venv-peer
 bench-peer-venv: benchmarks/peer-requirements.txt
 	test -x $(PEER_VENV)/bin/python || $(PYTHON) -m venv $(PEER_VENV)
-	$(PEER_VENV)/bin/pip install $(PIP_FLAGS) $(TORCH)
-	$(PEER_VENV)/bin/pip install $(PIP_FLAGS) -r benchmarks/peer-requirements.txt
+	$(PEER_VENV)/bin/pip install -q --disable-pip-version-check $(TORCH)
+	$(PEER_VENV)/bin/pip install -q --disable-pip-version-check -r benchmarks/peer-requirements.txt
 
 clean:
 	rm -rf $(VENV) $(PEER_VENV) $(INFINITY_VENV) data clients/node_modules clients/ts/gen
