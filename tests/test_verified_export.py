@@ -1,8 +1,9 @@
 """A start on the verified ONNX export (memsvc.embedding.verified_export): once a full start
 has checked the export against torch, and the machine's record puts ONNX on both paths, a
-start loads the tokenizer and the export only (no FlagEmbedding, no torch weights), embeds
-as the full start does, and still checks the export, against torch's recorded vectors;
-whatever does not match is a full start, which checks against torch itself."""
+start loads the tokenizer's record and the export only (no FlagEmbedding, no transformers,
+no torch), embeds as the full start does, and still checks the export, against torch's
+recorded vectors, and the tokenizer, against the recorded ids of the probes; whatever does
+not match is a full start, which checks against torch itself and records again."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from memsvc.embedding.backends import (
 )
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, bundled_model_path
 from memsvc.embedding.providers import load_embedder
+from memsvc.embedding.recorded_tokenizer import RECORD_NAME, read_record
 from tests.conftest import make_settings
 
 # the session model's export is this module's source: one worker (make test: loadgroup)
@@ -40,7 +42,7 @@ def _cache(tmp_path: Path, query: str = "onnx", passage: str = "onnx") -> Path:
     shared = Path(os.environ["MEMSVC_MODEL_CACHE_DIR"]) / key
     export_dir = tmp_path / "models" / key
     export_dir.mkdir(parents=True)
-    for name in ("model.onnx", REFERENCE_NAME):
+    for name in ("model.onnx", REFERENCE_NAME, RECORD_NAME):
         shutil.copy2(shared / name, export_dir / name)
     cores = tuning.usable_cores()
     machine = tuning.machine_facts(key, {"torch": cores, "onnx": cores})
@@ -64,7 +66,9 @@ texts = json.loads(sys.argv[3])
 e = load_embedder(Settings(listen="127.0.0.1:0", data_dir=Path(sys.argv[1]),
                            embed_model=sys.argv[4], model_cache_dir=Path(sys.argv[2])))
 print(json.dumps({
-    "loaded": sorted(m for m in ("FlagEmbedding", "peft") if m in sys.modules),
+    "loaded": sorted(
+        m for m in ("FlagEmbedding", "peft", "transformers", "torch") if m in sys.modules
+    ),
     "runtime": e.runtime_label, "tokenizer": e.tokenizer_id, "info": repr(e.info),
     "fingerprint": e.identity.fingerprint,
     "queries": e.encode_queries(texts).tolist(), "passages": e.encode_passages(texts).tolist(),
@@ -72,7 +76,7 @@ print(json.dumps({
 """
 
 
-def test_a_start_on_the_verified_export_loads_no_flagembedding_and_embeds_alike(
+def test_a_start_on_the_verified_export_loads_neither_transformers_nor_torch_and_embeds_alike(
     tmp_path: Path, embedder: Embedder
 ) -> None:
     cache = _cache(tmp_path)
@@ -155,3 +159,34 @@ def test_a_forced_onnx_start_needs_no_record_of_the_machine(
     loaded = load_embedder(make_settings(tmp_path, model_cache_dir=cache, embed_backend="onnx"))
     assert "torch's recorded vectors" in _logged(capsys)
     assert loaded.runtime_label == "onnx" and loaded.tuning is not None and loaded.tuning.forced
+
+
+def _damaged_records() -> list[tuple[str, object]]:
+    return [
+        ("stack", {"transformers": "0.0.1", "tokenizers": "0.0.1"}),  # another install
+        ("probe_ids", [[101, 102]] * len(PARITY_PROBES)),  # ids it no longer gives
+        ("backend", "{not a tokenizer"),
+        ("format", 0),
+    ]
+
+
+@pytest.mark.parametrize(("field", "value"), _damaged_records(), ids=lambda x: str(x)[:12])
+def test_a_tokenizer_record_that_does_not_hold_is_a_full_start_that_records_again(
+    tmp_path: Path,
+    embedder: Embedder,
+    capsys: pytest.CaptureFixture[str],
+    field: str,
+    value: object,
+) -> None:
+    cache = _cache(tmp_path)
+    export_dir = next(cache.iterdir())
+    whole = read_record(export_dir)
+    assert whole is not None
+    data = json.loads((export_dir / RECORD_NAME).read_text())
+    data[field] = value
+    (export_dir / RECORD_NAME).write_text(json.dumps(data))
+    capsys.readouterr()
+    loaded = load_embedder(make_settings(tmp_path, model_cache_dir=cache))
+    assert "torch's recorded vectors" not in _logged(capsys)  # the full start
+    assert loaded.tokenizer_id == embedder.tokenizer_id
+    assert read_record(export_dir) == whole  # written again by the full start

@@ -1,8 +1,9 @@
 """Finding and loading the local model: its directory (as given, the hub cache, or the hub),
 FlagEmbedding's FlagModel (the loader of record) with the bundled model as the fallback,
 the ONNX export checked against it, and the runtime each path runs on. A start whose export
-was verified before, and whose paths both run on it, loads the export and the tokenizer
-only (memsvc.embedding.verified_export).
+was verified before, and whose paths both run on it, loads the export and the tokenizer's
+record only (memsvc.embedding.verified_export, memsvc.embedding.recorded_tokenizer):
+neither transformers nor torch.
 """
 
 from __future__ import annotations
@@ -19,8 +20,15 @@ import structlog
 
 from memsvc.config import Settings
 from memsvc.domain.records import DEFAULT_MAX_TOKENS, ModelInfo
-from memsvc.embedding.backends import model_files_key
+from memsvc.embedding.backends import PARITY_PROBES, REFERENCE_NAME, model_files_key
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, bundled_model_path, tokenize
+from memsvc.embedding.recorded_tokenizer import (
+    RECORD_NAME,
+    RecordedTokenizer,
+    TokenizerRecord,
+    read_record,
+    write_record,
+)
 from memsvc.embedding.tuning import Runtimes, select_runtimes, usable_cores
 from memsvc.embedding.verified_export import EXPORT_NAME, onnx_runtimes
 
@@ -135,12 +143,6 @@ def load_local_embedder(settings: Settings, tune_again: bool = False) -> Embedde
     that is the model's verified ONNX export for both paths, the export and the tokenizer
     are all that load (memsvc.embedding.verified_export)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    # count_tokens measures over-long texts on purpose (to split or refuse them); the
-    # tokenizer's "longer than the maximum sequence length" warning is noise here.
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     threads = {
         "torch": settings.torch_threads or usable_cores(),
         "onnx": settings.onnx_threads or usable_cores(),
@@ -164,17 +166,18 @@ def _from_verified_export(
     """The configured model on its verified export alone, or None: load it in full."""
     model = settings.embed_model
     export_dir = cache_dir / model_files_key(model_dir, model)
-    if not (export_dir / EXPORT_NAME).is_file():  # a first start: nothing to import for
+    record = read_record(export_dir)
+    if record is None or not (export_dir / EXPORT_NAME).is_file():
         return None
-    from transformers import AutoConfig, AutoTokenizer
-
     try:
-        # As FlagEmbedding's FlagModel loads them.
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        config = AutoConfig.from_pretrained(str(model_dir))
+        tokenizer = RecordedTokenizer(record)
+        ids = tokenizer(list(PARITY_PROBES), truncation=True, max_length=record.max_tokens)
     except Exception:
-        return None  # the full load says why, or falls back
-    max_tokens = _token_limit(tokenizer, config)
+        return None  # a damaged record: the full start writes it again
+    if ids["input_ids"] != record.probe_ids:
+        log.info("embed_tokenizer_record_unverified", path=str(export_dir / RECORD_NAME))
+        return None
+    max_tokens = record.max_tokens
     runtimes = onnx_runtimes(
         settings.embed_backend,
         export_dir,
@@ -185,9 +188,7 @@ def _from_verified_export(
         return None
     pooling = _pooling_for(model_dir)
     instruction = query_instruction(model, settings.query_instruction)
-    info = ModelInfo(
-        model, int(config.hidden_size), pooling, instruction, False, max_tokens=max_tokens
-    )
+    info = ModelInfo(model, record.dim, pooling, instruction, False, max_tokens=max_tokens)
     return _ready(
         Embedder(
             tokenizer,
@@ -212,6 +213,12 @@ def _load_flag_embedder(
     `resolved`: the model's directory, or why it was not found."""
     import torch
 
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    # count_tokens measures over-long texts on purpose (to split or refuse them); the
+    # tokenizer's "longer than the maximum sequence length" warning is noise here.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     torch.set_num_threads(threads["torch"])
     model = settings.embed_model
     fallback = False
@@ -254,17 +261,19 @@ def _load_flag_embedder(
         max_tokens=_token_limit(flag.tokenizer, config),
         notice=notice if fallback else "",
     )
+    export_dir = cache_dir / model_files_key(model_dir, name)
     runtimes: Runtimes = select_runtimes(
         settings.embed_backend,
         flag.model,
         pooling,
         info.max_tokens,
         lambda texts: tokenize(flag.tokenizer, texts, info.max_tokens),
-        cache_dir / model_files_key(model_dir, name),
+        export_dir,
         threads,
         again=tune_again,
         repeats=settings.tune_repeats,
     )
+    _record_tokenizer(export_dir, flag.tokenizer, info)
     return _ready(
         Embedder(
             flag.tokenizer,
@@ -275,6 +284,19 @@ def _load_flag_embedder(
             tuning=runtimes.tuning,
         )
     )
+
+
+def _record_tokenizer(export_dir: Path, tokenizer: Any, info: ModelInfo) -> None:
+    """Beside a verified export, what a start on it needs of the tokenizer (memsvc.
+    embedding.recorded_tokenizer). Not for a slow tokenizer, whose pipeline is Python."""
+    if not (export_dir / REFERENCE_NAME).is_file() or not getattr(tokenizer, "is_fast", False):
+        return
+    try:
+        record = TokenizerRecord.of(tokenizer, info.max_tokens, info.dim, PARITY_PROBES)
+    except Exception as exc:  # a tokenizer unlike transformers' fast ones: full starts
+        log.info("embed_tokenizer_not_recorded", reason=str(exc)[:300])
+        return
+    write_record(export_dir, record)
 
 
 def _ready(embedder: Embedder) -> Embedder:

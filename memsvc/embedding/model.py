@@ -84,7 +84,10 @@ class Embedder:
 
     @property
     def tokenizer_id(self) -> str:
-        return f"{self.info.name}:{type(self._tokenizer).__name__}:{len(self._tokenizer)}"
+        # transformers' class name, also when a start rebuilt its tokenizer from the record
+        # (memsvc.embedding.recorded_tokenizer): the same tokenizer, the same id in the log
+        kind = getattr(self._tokenizer, "class_name", type(self._tokenizer).__name__)
+        return f"{self.info.name}:{kind}:{len(self._tokenizer)}"
 
     def available(self) -> bool:
         return True  # in this process: up whenever the service is
