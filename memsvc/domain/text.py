@@ -51,16 +51,19 @@ def fold_text(text: str) -> str:
     return _cleaned(unicodedata.normalize("NFKC", text))
 
 
+# Characters removed by cleaning: control, format, surrogate, private-use, unassigned.
+_REMOVED = frozenset(("Cc", "Cf", "Cs", "Co", "Cn"))
+_SPACED = {ord(ch): " " for ch in "\n\r\t\v\f"}
+
+
 def _cleaned(text: str) -> str:
-    chars = []
-    for ch in text:
-        if ch in "\n\r\t\v\f":
-            chars.append(" ")
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn"):
-            continue
-        else:
-            chars.append(ch)
-    return _WS.sub(" ", "".join(chars)).strip()
+    # One look at each distinct character, then one str.translate: a turn of 40,000
+    # characters holds a few hundred distinct ones (a loop over every character cost 12 ms).
+    table: dict[int, str | None] = {
+        ord(ch): None for ch in set(text) if unicodedata.category(ch) in _REMOVED
+    }
+    table.update(_SPACED)
+    return _WS.sub(" ", text.translate(table)).strip()
 
 
 def normal_id(value: str) -> str:
