@@ -1,11 +1,11 @@
 """Backups of long conversations (issue 62, item 2): `memsvc export` of 1,200 turns of 5,000
 characters exited 1 (a 5 MB page over gRPC's default 4 MiB receive limit), and `memsvc
 append` of 450 turns of 40,000 characters exited 1 (500 events per call, over the 16 MiB
-request limit). Pages and batches are now cut by bytes, and memsvc's own clients receive
-what the server may send: the largest allowed turn and payload, and long conversations,
-round-trip through export and append byte for byte. Indexing is paused: the subject is
-the log's round trip, not the model. The CLI runs as a child process, the server in this
-one."""
+request limit; the test sends a tenth past that limit, 292 such turns). Pages and batches
+are now cut by bytes, and memsvc's own clients receive what the server may send: the
+largest allowed turn and payload, and long conversations, round-trip through export and
+append byte for byte. Indexing is paused: the subject is the log's round trip, not the
+model. The CLI runs as a child process, the server in this one."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 
 from memsvc.app import Services, build_services
 from memsvc.domain.access import FULL
-from memsvc.domain.limits import MAX_PAYLOAD_CHARS, MAX_TURN_CHARS
+from memsvc.domain.limits import MAX_PAYLOAD_CHARS, MAX_REQUEST_BYTES, MAX_TURN_CHARS
 from memsvc.domain.pages import PAGE_BYTES
 from memsvc.domain.types import MemoryEvent
 from memsvc.embedding.model import Embedder
@@ -95,8 +95,12 @@ def test_a_conversation_of_many_long_turns(target: tuple[str, Services], tmp_pat
 
 
 def test_turns_of_forty_thousand_characters(target: tuple[str, Services], tmp_path: Path) -> None:
-    # 450 turns of 40,000 characters: about 26 MB, more than one request
-    round_trip(*target, long_turns("wide", 450, 40_000), tmp_path)
+    # turns of 40,000 characters (about 63 KB) a tenth past the 16 MiB request limit: more
+    # than one request, and fewer than the 500 events one call took before the byte cut
+    turn_bytes = len(long_turns("wide", 1, 40_000)[0].text.encode())
+    events = long_turns("wide", int(1.1 * MAX_REQUEST_BYTES / turn_bytes) + 1, 40_000)
+    assert sum(len(e.text.encode()) for e in events) > MAX_REQUEST_BYTES and len(events) < 500
+    round_trip(*target, events, tmp_path)
 
 
 def test_the_largest_turn_and_payload(target: tuple[str, Services], tmp_path: Path) -> None:
