@@ -8,8 +8,6 @@ not match is a full start, which checks against torch itself and records again."
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +25,9 @@ from memsvc.embedding.backends import (
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, bundled_model_path
 from memsvc.embedding.providers import load_embedder
 from memsvc.embedding.recorded_tokenizer import RECORD_NAME, read_record
+from memsvc.embedding.verified_export import EXPORT_NAME
 from tests.conftest import make_settings
+from tests.support.model_cache import cache_with
 
 # the session model's export is this module's source: one worker (make test: loadgroup)
 pytestmark = pytest.mark.xdist_group("embedder-module")
@@ -39,11 +39,7 @@ def _cache(tmp_path: Path, query: str = "onnx", passage: str = "onnx") -> Path:
     """A model cache holding the session's verified export and torch's vectors of the
     probes, and a record of this machine that chose `query` and `passage`."""
     key = model_files_key(bundled_model_path(), BUNDLED_MODEL_NAME)
-    shared = Path(os.environ["MEMSVC_MODEL_CACHE_DIR"]) / key
-    export_dir = tmp_path / "models" / key
-    export_dir.mkdir(parents=True)
-    for name in ("model.onnx", REFERENCE_NAME, RECORD_NAME):
-        shutil.copy2(shared / name, export_dir / name)
+    export_dir = cache_with(tmp_path / "models", (EXPORT_NAME, REFERENCE_NAME, RECORD_NAME)) / key
     cores = tuning.usable_cores()
     machine = tuning.machine_facts(key, {"torch": cores, "onnx": cores})
     chosen = {"query": query, "passage": passage}

@@ -23,6 +23,7 @@ from memsvc.v1 import memory_pb2 as pb
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.conftest import make_settings
 from tests.support.launch import free_port, start_child, wait_serving
+from tests.support.model_cache import cache_with
 from tests.support.surfaces import event
 
 
@@ -191,17 +192,19 @@ PHASES = [
 ]
 
 
-def test_a_starting_server_says_what_it_is_doing(tmp_path: Path) -> None:
+def test_a_starting_server_says_what_it_is_doing(tmp_path: Path, embedder: Embedder) -> None:
     """Issue 66: a first start took 98 s and only said "starting": a call before it serves
     is told the phase (UNAVAILABLE's message), and so is `/readyz` (its body)."""
     port, metrics_port = free_port(), free_port()
+    # a cache of its own, with the session's export but no timings: this start loads the
+    # model in full and times its runtimes (a start that exports: test_operations.py)
+    cache = cache_with(tmp_path / "cache")
     proc = start_child(
         tmp_path / "data",
         port,
         "--metrics-listen",
         f"127.0.0.1:{metrics_port}",
-        # a cache of its own: this start exports the model and times its runtimes
-        env={"MEMSVC_MODEL_CACHE_DIR": str(tmp_path / "cache"), "MEMSVC_TUNE_REPEATS": "2"},
+        env={"MEMSVC_MODEL_CACHE_DIR": str(cache), "MEMSVC_TUNE_REPEATS": "2"},
     )
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     stub = pb_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
