@@ -24,17 +24,22 @@ def run_tune(settings: Settings, as_json: bool) -> int:
     tuning = embedder.tuning
     if tuning is None:  # pragma: no cover - the local embedder always has one
         return 1
-    if as_json:
-        print(json.dumps(tuning.to_json(), indent=2, sort_keys=True))
-    else:
-        print(describe(tuning, settings.embed_backend))
+    print(shown(tuning, settings.embed_backend, as_json))
     return 0
+
+
+def shown(tuning: Tuning, configured: str, as_json: bool) -> str:
+    """What `memsvc tune` prints: the record as JSON, or a table with the choice."""
+    if as_json:
+        return json.dumps(tuning.to_json(), indent=2, sort_keys=True)
+    return describe(tuning, configured)
 
 
 def describe(tuning: Tuning, configured: str) -> str:
     machine = tuning.machine
     lines = [
-        f"CPU {machine['cpu']}, {machine['cores']} cores, threads {machine['threads']}",
+        f"CPU {machine['cpu']}, {machine['cores']} cores, threads "
+        + ", ".join(f"{name} {count}" for name, count in sorted(machine["threads"].items())),
         f"{'runtime':<8} " + " ".join(f"{path + ' ms':>11}" for path in PATHS),
     ]
     for name, timings in sorted(tuning.timings_ms.items()):
