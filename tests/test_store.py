@@ -125,6 +125,52 @@ def test_milvus_lite_finds_replaced_rows_by_an_index_not_a_scan(tmp_path: Path) 
     store.close()
 
 
+def slow_milvus_lite(bin_dir: Path, seconds: float) -> Path:
+    """A directory for milvus_lite's BIN_PATH whose `milvus` waits, then runs the real one:
+    a Milvus Lite process that opens its socket late, as on a loaded machine."""
+    from milvus_lite.server import BIN_PATH
+
+    real = Path(BIN_PATH).absolute()
+    bin_dir.mkdir()
+    script = bin_dir / "milvus"
+    script.write_text(
+        f'#!/bin/sh\nsleep {seconds}\nLD_LIBRARY_PATH="{real}:$LD_LIBRARY_PATH" exec'
+        f' "{real / "milvus"}" "$@"\n'
+    )
+    script.chmod(0o755)
+    return bin_dir
+
+
+def test_a_milvus_lite_slow_to_open_its_socket_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (a `make test` on 2 cores): Milvus Lite's manager calls its process
+    started after 0.5 s; one that had not yet opened its socket failed the store's first
+    call ("No such file or directory"). The store waits for the socket."""
+    monkeypatch.setenv("BIN_PATH", str(slow_milvus_lite(tmp_path / "bin", 1.5)))
+    store = ChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
+    store.upsert([record("c1", 0, "a late start")])
+    assert store.count() == 1
+    store.close()
+
+
+def test_a_milvus_lite_that_exits_at_start_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "milvus").write_text("#!/bin/sh\nsleep 0.7\nexit 3\n")
+    (bin_dir / "milvus").chmod(0o755)
+    monkeypatch.setenv("BIN_PATH", str(bin_dir))
+    with pytest.raises(RuntimeError, match=r"Milvus Lite on .*m\.db exited"):
+        ChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
+    # released: a start with the real binary then works on the same file
+    monkeypatch.delenv("BIN_PATH")
+    store = ChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
+    assert store.count() == 0
+    store.close()
+
+
 def keyword(store: ChunkStore, text: str, scope: SearchScope, limit: int) -> list[Any]:
     """A keyword search whose terms all weigh their repeats (IDF 1 each)."""
     weights = {t: float(n) for t, n in bm25.term_counts(text).items()}

@@ -6,15 +6,22 @@ Each Milvus Lite process makes `$HOME/.cache/milvus` when it starts and removes 
 exits: two processes of one user started together (two servers, or a test run's two
 workers) raced there ("create dir … failed", then "Mmap manager has not been init"), and
 one stopping pulled the directory from under another. So memsvc starts it with a home of
-its own beside its file."""
+its own beside its file.
+
+Its manager gives the process a fixed 0.5 s and then calls it started; on a loaded machine
+it had not yet opened its socket by then, and the client's first call failed at once ("No
+such file or directory", in a `make test` on 2 cores). So memsvc waits for the socket."""
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 _ENVIRONMENT = threading.Lock()
+# How long a started process may take to open its socket (it is a few ms on an idle machine).
+SOCKET_WAIT_SECONDS = 60.0
 
 
 def start(uri: str) -> None:
@@ -36,6 +43,22 @@ def start(uri: str) -> None:
                 os.environ["HOME"] = before
     if started is None:
         raise RuntimeError(f"Milvus Lite did not start on {uri} (is another process using it?)")
+    _wait_for_socket(started.removeprefix("unix:"), uri)
+
+
+def _wait_for_socket(socket_path: str, uri: str) -> None:
+    from milvus_lite.server_manager import server_manager_instance
+
+    server = server_manager_instance._servers.get(str(Path(uri).absolute().resolve()))
+    process = getattr(server, "_p", None)  # the manager's only handle on it
+    deadline = time.monotonic() + SOCKET_WAIT_SECONDS
+    while not os.path.exists(socket_path):
+        exited = process is not None and process.poll() is not None
+        if exited or time.monotonic() > deadline:
+            release(uri)
+            why = "exited" if exited else f"opened no socket in {SOCKET_WAIT_SECONDS:.0f} s"
+            raise RuntimeError(f"Milvus Lite on {uri} {why}")
+        time.sleep(0.02)
 
 
 def is_lite(uri: str) -> bool:
