@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from memsvc.domain.prefix import (
@@ -111,3 +114,24 @@ def test_render_prefix_forms() -> None:
         PrefixInput(["2026-02-02", "2026-02-03"], ["Ana", "Bo", "Cy"], ["trip"], False)
     )
     assert en == "[Context: 2026-02-02 to 2026-02-03, Ana, Bo and Cy discussing trip]"
+
+
+def test_jiebas_analyser_is_loaded_by_the_first_chinese_window_only() -> None:
+    """A server whose conversations are not in Chinese never loads jieba's analyser (its
+    dictionary and part-of-speech model: ~250 MB and ~2 s of CPU at each start before)."""
+    script = (
+        "import sys\n"
+        "from memsvc.domain.prefix import KeywordExtractor\n"
+        "kw = KeywordExtractor()\n"
+        "kw.keywords('We go hiking near Lake Tahoe with the puppy', chinese=False)\n"
+        "print('jieba.analyse' in sys.modules)\n"
+        "print(kw.keywords('我下周要去东京旅行，护照放哪里了？护照在抽屉里。'))\n"
+        "print('jieba.analyse' in sys.modules)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    before, chinese, after = run.stdout.splitlines()
+    assert (before, after) == ("False", "True")
+    assert "护照" in chinese
