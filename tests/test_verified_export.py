@@ -17,6 +17,7 @@ import pytest
 
 from memsvc.embedding import tuning
 from memsvc.embedding.backends import (
+    EXPORT_NAME,
     PARITY_PROBES,
     REFERENCE_NAME,
     model_files_key,
@@ -25,7 +26,6 @@ from memsvc.embedding.backends import (
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, bundled_model_path
 from memsvc.embedding.providers import load_embedder
 from memsvc.embedding.recorded_tokenizer import RECORD_NAME, read_record
-from memsvc.embedding.verified_export import EXPORT_NAME
 from tests.conftest import make_settings
 from tests.support.model_cache import cache_with
 

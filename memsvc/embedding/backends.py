@@ -31,6 +31,7 @@ import numpy as np
 import structlog
 
 from memsvc.domain.errors import EmbedderError
+from memsvc.embedding.cache_files import write_whole
 
 log = structlog.get_logger(__name__)
 
@@ -49,7 +50,9 @@ PARITY_PROBES = (
     "她喜欢在周末画日落，也喜欢和朋友一起去海边散步。" * 6,
 )
 
-# torch's vectors of the probe texts, kept beside the export they verified.
+# The ONNX export in its directory of the model cache, and torch's vectors of the probe
+# texts kept beside it (they verified it).
+EXPORT_NAME = "model.onnx"
 REFERENCE_NAME = "torch-probes.json"
 REFERENCE_FORMAT = 1
 
@@ -212,20 +215,13 @@ def _checked_onnx(
 
 def record_reference(export_dir: Path, vectors: np.ndarray) -> None:
     """torch's vectors of the probe texts, beside the export they verified (a start on the
-    export alone checks against them: memsvc.embedding.verified_export). Written whole
-    (rename); a cache that cannot be written costs a full start next time, nothing more."""
-    record = export_dir / REFERENCE_NAME
+    export alone checks against them: memsvc.embedding.verified_export)."""
     data = {
         "format": REFERENCE_FORMAT,
         "probes": list(PARITY_PROBES),
         "vectors": np.asarray(vectors, dtype=np.float32).tolist(),
     }
-    try:
-        partial = record.with_name(f".{record.name}.{os.getpid()}")
-        partial.write_text(json.dumps(data) + "\n")
-        os.replace(partial, record)
-    except OSError:
-        pass
+    write_whole(export_dir / REFERENCE_NAME, json.dumps(data) + "\n")
 
 
 def recorded_reference(export_dir: Path) -> np.ndarray | None:
@@ -270,7 +266,7 @@ def exported_model(
 ) -> tuple[Path, bool]:
     """`export_dir/model.onnx` and whether it was exported now. Concurrent starts on the
     same cache wait for one export (a file lock); the file appears whole (rename)."""
-    target = export_dir / "model.onnx"
+    target = export_dir / EXPORT_NAME
     if target.is_file():
         return target, False
     export_dir.mkdir(parents=True, exist_ok=True)

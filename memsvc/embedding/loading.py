@@ -20,7 +20,7 @@ import structlog
 
 from memsvc.config import Settings
 from memsvc.domain.records import DEFAULT_MAX_TOKENS, ModelInfo
-from memsvc.embedding.backends import PARITY_PROBES, REFERENCE_NAME, model_files_key
+from memsvc.embedding.backends import EXPORT_NAME, PARITY_PROBES, REFERENCE_NAME, model_files_key
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, bundled_model_path, tokenize
 from memsvc.embedding.recorded_tokenizer import (
     RECORD_NAME,
@@ -30,7 +30,7 @@ from memsvc.embedding.recorded_tokenizer import (
     write_record,
 )
 from memsvc.embedding.tuning import Runtimes, select_runtimes, usable_cores
-from memsvc.embedding.verified_export import EXPORT_NAME, onnx_runtimes
+from memsvc.embedding.verified_export import onnx_runtimes
 
 log = structlog.get_logger(__name__)
 
@@ -189,16 +189,7 @@ def _from_verified_export(
     pooling = _pooling_for(model_dir)
     instruction = query_instruction(model, settings.query_instruction)
     info = ModelInfo(model, record.dim, pooling, instruction, False, max_tokens=max_tokens)
-    return _ready(
-        Embedder(
-            tokenizer,
-            runtimes.passage,
-            info,
-            settings.embed_batch_size,
-            query_backend=runtimes.query,
-            tuning=runtimes.tuning,
-        )
-    )
+    return _ready(tokenizer, runtimes, info, settings)
 
 
 def _load_flag_embedder(
@@ -274,16 +265,7 @@ def _load_flag_embedder(
         repeats=settings.tune_repeats,
     )
     _record_tokenizer(export_dir, flag.tokenizer, info)
-    return _ready(
-        Embedder(
-            flag.tokenizer,
-            runtimes.passage,
-            info,
-            settings.embed_batch_size,
-            query_backend=runtimes.query,
-            tuning=runtimes.tuning,
-        )
-    )
+    return _ready(flag.tokenizer, runtimes, info, settings)
 
 
 def _record_tokenizer(export_dir: Path, tokenizer: Any, info: ModelInfo) -> None:
@@ -296,10 +278,19 @@ def _record_tokenizer(export_dir: Path, tokenizer: Any, info: ModelInfo) -> None
     except Exception as exc:  # a tokenizer unlike transformers' fast ones: full starts
         log.info("embed_tokenizer_not_recorded", reason=str(exc)[:300])
         return
-    write_record(export_dir, record)
+    if read_record(export_dir) != record:  # a full start on a recorded model writes nothing
+        write_record(export_dir, record)
 
 
-def _ready(embedder: Embedder) -> Embedder:
+def _ready(tokenizer: Any, runtimes: Runtimes, info: ModelInfo, settings: Settings) -> Embedder:
+    embedder = Embedder(
+        tokenizer,
+        runtimes.passage,
+        info,
+        settings.embed_batch_size,
+        query_backend=runtimes.query,
+        tuning=runtimes.tuning,
+    )
     embedder.encode_queries(["warm-up"])  # the first forward pass pays one-off set-up costs
     return embedder
 

@@ -16,7 +16,6 @@ test_recorded_tokenizer.py compares the two on the same texts).
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from memsvc.embedding.cache_files import write_whole
 
 RECORD_NAME = "tokenizer-record.json"
 RECORD_FORMAT = 1
@@ -79,15 +80,10 @@ class TokenizerRecord:
 
 
 def write_record(export_dir: Path, record: TokenizerRecord) -> None:
-    """Written whole (rename) beside the export; a cache that cannot be written costs a full
-    start next time, nothing more."""
-    target = export_dir / RECORD_NAME
-    try:
-        partial = target.with_name(f".{target.name}.{os.getpid()}")
-        partial.write_text(json.dumps({"format": RECORD_FORMAT, **asdict(record)}) + "\n")
-        os.replace(partial, target)
-    except OSError:
-        pass
+    """Beside the export."""
+    write_whole(
+        export_dir / RECORD_NAME, json.dumps({"format": RECORD_FORMAT, **asdict(record)}) + "\n"
+    )
 
 
 def read_record(export_dir: Path) -> TokenizerRecord | None:
@@ -115,13 +111,17 @@ class RecordedTokenizer:
 
     def __init__(self, record: TokenizerRecord) -> None:
         self.record = record
-        self.class_name = record.class_name
         self._backends: dict[int | None, Any] = {}
         self._lock = threading.Lock()
         self._backend(None)  # a record that does not load fails here, not at a first call
 
     def __len__(self) -> int:
         return self.record.length
+
+    @property
+    def class_name(self) -> str:
+        """transformers' class that the record was made from (Embedder.tokenizer_id)."""
+        return self.record.class_name
 
     def _backend(self, max_length: int | None) -> Any:
         with self._lock:

@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from memsvc.embedding.backends import Batch, ModelBackend, locked
+from memsvc.embedding.cache_files import write_whole
 from memsvc.observability import startup
 
 log = structlog.get_logger(__name__)
@@ -212,15 +213,7 @@ def load(record: Path) -> Tuning | None:
 
 
 def save(record: Path, tuning: Tuning) -> None:
-    """Written whole (rename), so a reader never sees half a record; a cache that cannot be
-    written costs a measurement at the next start, nothing more."""
-    try:
-        record.parent.mkdir(parents=True, exist_ok=True)
-        partial = record.with_name(f".{record.name}.{os.getpid()}")
-        partial.write_text(json.dumps(tuning.to_json(), indent=2, sort_keys=True) + "\n")
-        os.replace(partial, record)
-    except OSError:
-        pass
+    write_whole(record, json.dumps(tuning.to_json(), indent=2, sort_keys=True) + "\n")
 
 
 @dataclasses.dataclass(frozen=True)

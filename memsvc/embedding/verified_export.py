@@ -21,6 +21,7 @@ from pathlib import Path
 import structlog
 
 from memsvc.embedding.backends import (
+    EXPORT_NAME,
     PARITY_MIN_COSINE,
     PARITY_PROBES,
     Batch,
@@ -31,8 +32,6 @@ from memsvc.embedding.backends import (
 from memsvc.embedding.tuning import Runtimes, Tuning, log_choice, machine_facts, recorded
 
 log = structlog.get_logger(__name__)
-
-EXPORT_NAME = "model.onnx"
 
 
 def onnx_runtimes(

@@ -9,9 +9,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from memsvc.embedding.backends import REFERENCE_NAME, model_files_key
+from memsvc.embedding.backends import EXPORT_NAME, REFERENCE_NAME, model_files_key
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, bundled_model_path
-from memsvc.embedding.verified_export import EXPORT_NAME
 
 
 def cache_with(cache: Path, names: Sequence[str] = (EXPORT_NAME, REFERENCE_NAME)) -> Path:
