@@ -182,3 +182,16 @@ def test_index_lag_is_observed_for_every_conversation_the_worker_settles(
     for conv in convs:
         assert until_idle(services, conv).state == "idle"
     assert observed() - before >= len(convs)
+
+
+def test_a_wake_up_sent_while_the_worker_is_busy_is_not_lost(services: Services) -> None:
+    """Regression: the notifier was a bare condition variable, so a notification sent while
+    its waiter was busy (an append during a step, a stop during a lease) was lost, and the
+    worker slept its idle poll (0.5 s: every close of a service took that long). A waiter
+    now passes the count it read before looking for work: this wait returns at once (it
+    would have slept the hour)."""
+    notifier = services.worker.notifier
+    seen = notifier.generation
+    notifier.notify()  # nobody waiting yet
+    notifier.wait(3600, seen)
+    assert notifier.generation > seen  # (PostgreSQL's LISTEN may count it twice)

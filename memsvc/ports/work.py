@@ -105,6 +105,14 @@ class WriterLocks(Protocol):
 class Notifier(Protocol):
     """Wakes idle index workers and WaitForIndexed callers when work arrives or ends."""
 
+    @property
+    def generation(self) -> int:
+        """How many notifications this process has seen: a waiter reads it before it looks
+        for work and passes it to `wait`."""
+        ...
+
     def notify(self) -> None: ...
 
-    def wait(self, timeout_s: float) -> None: ...
+    def wait(self, timeout_s: float, since: int | None = None) -> None:
+        """Until a notification or `timeout_s`; at once if one came after `since`."""
+        ...

@@ -168,6 +168,7 @@ class IndexControl:
         unknown)."""
         deadline = time.monotonic() + timeout_s
         while True:
+            seen = self.notifier.generation
             status = self.queue.status([conversation_id])
             item = status[0] if status else None
             if item is not None and self.is_indexed(conversation_id, turn_id):
@@ -177,13 +178,15 @@ class IndexControl:
                 return item
             if not caller_waiting():
                 return item
-            self.notifier.wait(min(remaining, 0.1))
+            self.notifier.wait(min(remaining, 0.1), seen)
 
     def _settled_status(self, item: QueueItem, until: float) -> QueueItem:
         """The turn is findable; a worker that wrote it may be a moment from ending its
         step: let the status it reports catch up (briefly)."""
+        seen = self.notifier.generation
         while item.state == "indexing" and time.monotonic() < until:
-            self.notifier.wait(0.05)
+            self.notifier.wait(0.05, seen)
+            seen = self.notifier.generation
             status = self.queue.status([item.conversation_id])
             if not status:
                 break

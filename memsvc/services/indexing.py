@@ -169,6 +169,9 @@ class IndexWorker:
     # -- the loop -------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
+            # read before looking for work: a notification while this step runs (an
+            # append, a stop) ends the wait below at once, not after idle_poll_s
+            seen = self.notifier.generation
             with self._cycle:
                 self._release_leftovers()
                 items: list[QueueItem] = []
@@ -199,7 +202,7 @@ class IndexWorker:
                         self.health.observe(exc)
                         log.exception("index_step_failed")
                         self._unreleased.extend(items)
-            self.notifier.wait(self.settings.idle_poll_s)
+            self.notifier.wait(self.settings.idle_poll_s, seen)
 
     def _release_leftovers(self) -> None:
         while self._unreleased:

@@ -41,8 +41,12 @@ class PgNotifier:
         except Exception as exc:  # a wake-up is a speed-up: waiters poll anyway
             log.debug("notify_failed", error=str(exc)[:200])
 
-    def wait(self, timeout_s: float) -> None:
-        self._local.wait(timeout_s)
+    @property
+    def generation(self) -> int:
+        return self._local.generation
+
+    def wait(self, timeout_s: float, since: int | None = None) -> None:
+        self._local.wait(timeout_s, since)
 
     def _listen(self) -> None:
         while not self._stop.is_set():
