@@ -192,7 +192,15 @@ ERRORS = [
         400,
         "invalid_argument",
     ),
-    ("WaitForIndexed", {"conversationId": "never-seen", "turnId": 0}, READER, 404, "not_found"),
+    # (an unknown conversation is waited for to the time-out: its first append may be on
+    # its way; 0.2 s, not the default 10)
+    (
+        "WaitForIndexed",
+        {"conversationId": "never-seen", "turnId": 0, "timeoutMs": 200},
+        READER,
+        404,
+        "not_found",
+    ),
     ("NoSuchMethod", {}, READER, 501, "unimplemented"),
 ]
 
