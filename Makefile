@@ -27,7 +27,8 @@ run: $(VENV)/.base
 	$(VENV)/bin/memsvc serve $(ARGS)
 
 # Three pytest workers on two cores: most tests wait on child servers, the model or Milvus
-# Lite (785 s against 905-975 s with two, AMD EPYC 2 cores, 2026-11-28). Tests that
+# Lite (785 s against 905-975 s with two, AMD EPYC 2 cores, 2026-11-28; with four, 463 s
+# against 457 s and 9 % more CPU, 2026-12-02). Tests that
 # share a module's server carry an xdist_group mark (loadgroup): one worker runs them all,
 # so that server starts once. The slowest tests are printed at the end (the profile in
 # docs/development.md).
