@@ -125,7 +125,7 @@ class KeywordExtractor:
     jieba's TF-IDF keywords among its nouns and names.
 
     jieba's analyser (its dictionary, IDF table and part-of-speech model: ~2 s of CPU and
-    ~60 MB) is loaded at the first Chinese window, once: a server whose conversations are
+    ~250 MB) is loaded at the first Chinese window, once: a server whose conversations are
     not in Chinese never loads it, and every server starts that much sooner."""
 
     def __init__(self) -> None:

@@ -9,13 +9,12 @@ import os
 from pathlib import Path
 
 
-def write_whole(path: Path, text: str) -> bool:
-    """Write `text` to `path` through a temporary file beside it; False if it could not."""
+def write_whole(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file beside it (best effort)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.{os.getpid()}")
         partial.write_text(text)
         os.replace(partial, path)
     except OSError:
-        return False
-    return True
+        pass
