@@ -29,6 +29,14 @@ class FailedPrecondition(MemsvcError):
     reason = "FAILED_PRECONDITION"
 
 
+class ReplyTooLarge(FailedPrecondition):
+    """What the call would return is over the reply budget the caller stated (or its
+    default, which fits a stock gRPC client): nothing was done; the message names the
+    field that raises the budget and the bytes needed."""
+
+    reason = "REPLY_TOO_LARGE"
+
+
 class NotFound(MemsvcError):
     """A named entity does not exist."""
 

@@ -66,15 +66,18 @@ class EventRow:
         )
 
     def size(self) -> int:
-        """Its bytes in a page (export, pop)."""
+        """Its bytes in a page (export, pop): with ITEM_OVERHEAD_BYTES, at least its size on
+        the wire (a pop's reply is checked against the caller's budget with it); each name
+        of `participants` adds its own field's tag and length."""
         return utf8_size(
             self.conversation_id,
             self.text,
             self.payload,
             self.timestamp,
             self.speaker_name,
+            self.speaker,
             *self.participants,
-        )
+        ) + 3 * len(self.participants)
 
     def same_content(self, other: EventRow) -> bool:
         if self.payload != other.payload:

@@ -163,6 +163,14 @@ EMBED_OUTCOMES = (
     "circuit_open",
     "error",
 )
+HTTP_HEADERS_DROPPED = Counter(
+    "memsvc_http_headers_dropped",
+    "Headers of HTTP calls not passed on to the gRPC server, by header: traceparent |"
+    " tracestate | baggage | authorization (malformed, not printable ASCII, or over its"
+    " size limit; the call goes on without it, as W3C Trace Context asks).",
+    ["header"],
+    registry=REGISTRY,
+)
 CACHE_LOOKUPS = Counter(
     "memsvc_embed_cache_lookups",
     "Passage embeddings looked up in the cache, by result: hit | miss.",

@@ -8,6 +8,7 @@ the log no longer holds live (memsvc.services.search verifies hits)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from contextlib import nullcontext
 
@@ -15,9 +16,9 @@ import structlog
 
 from memsvc.domain import validation
 from memsvc.domain.access import FULL, Access
-from memsvc.domain.errors import FailedPrecondition, InvalidArgument
-from memsvc.domain.limits import MAX_POP_EVENTS
-from memsvc.domain.pages import cut
+from memsvc.domain.errors import FailedPrecondition, InvalidArgument, ReplyTooLarge
+from memsvc.domain.limits import MAX_POP_EVENTS, MAX_RESPONSE_BYTES
+from memsvc.domain.pages import ITEM_OVERHEAD_BYTES, PAGE_BYTES, cut
 from memsvc.domain.records import EventRow
 from memsvc.domain.types import (
     REASON_UNKNOWN,
@@ -28,7 +29,8 @@ from memsvc.domain.types import (
     TurnRange,
 )
 from memsvc.observability import metrics
-from memsvc.ports import ChunkStore, EventLog, Notifier, Span, WriterLocks
+from memsvc.ports import ChunkStore, EventLog, LogReader, Notifier, Span, WriterLocks
+from memsvc.services.keyed_writes import KeyedWrite
 from memsvc.services.projection import Projector
 from memsvc.services.vectors import ERASURE_EPOCH
 
@@ -100,28 +102,64 @@ class DeletionService:
         return DeleteResult(reconciled.hidden, events_deleted, errors)
 
     # -- PopEvents --------------------------------------------------------------------------
-    def pop(self, conversation_id: str, count: int, access: Access = FULL) -> list[MemoryEvent]:
+    def pop(
+        self,
+        conversation_id: str,
+        count: int,
+        access: Access = FULL,
+        max_reply_bytes: int = 0,
+        idempotency_key: str = "",
+    ) -> list[MemoryEvent]:
         """Delete the conversation's newest live turns, `count` of them (0: one) or fewer
-        within PAGE_BYTES (the newest always), and return them as appended, in turn order:
-        a session rewinding. One transaction that takes the conversation's row before it
-        reads which turns are newest, so callers popping at once get different turns; the
-        store follows as after a deferred delete."""
+        within `max_reply_bytes` (0: PAGE_BYTES), and return them as appended, in turn
+        order: a session rewinding. One transaction that takes the conversation's row
+        before it reads which turns are newest, so callers popping at once get different
+        turns; the store follows as after a deferred delete. A pop returns what it deletes
+        or deletes nothing: when the newest turn alone is over the budget, ReplyTooLarge
+        and the transaction is undone. `idempotency_key`: a retry returns the first pop's
+        turns and deletes nothing more (memsvc.services.keyed_writes)."""
         conv = validation.conversation_id(conversation_id, "conversation_id")
         access.check(conv, "conversation_id")
         if not 0 <= count <= MAX_POP_EVENTS:
             raise InvalidArgument("count", f"must be 0 (= 1) to {MAX_POP_EVENTS}")
-        wanted = count or 1
-        with self.log.snapshot() as r:
-            if r.nth_newest_live_turn(conv, 1) is None:  # nothing to pop: no work recorded
-                return []
+        if not 0 <= max_reply_bytes <= MAX_RESPONSE_BYTES:
+            raise InvalidArgument(
+                "max_reply_bytes", f"must be 0 (= {PAGE_BYTES:,}) to {MAX_RESPONSE_BYTES:,}"
+            )
+        wanted, budget = count or 1, max_reply_bytes or PAGE_BYTES
+        keyed = None
+        if idempotency_key:
+            keyed = KeyedWrite.of_pop(idempotency_key, conv, wanted, budget)
+        if keyed is None:
+            with self.log.snapshot() as r:
+                if r.nth_newest_live_turn(conv, 1) is None:  # nothing to pop: no work recorded
+                    return []
         with self.log.transaction() as tx:
+            if keyed is not None:
+                earlier = keyed.claim_answer(tx)
+                if earlier is not None:
+                    return _popped_before(tx, conv, json.loads(earlier))
+                if tx.nth_newest_live_turn(conv, 1) is None:
+                    keyed.record(tx, [])
+                    return []
             seq = tx.record_change(conv, reconcile=True)  # holds the row from here
             first = tx.nth_newest_live_turn(conv, wanted)
             newest = tx.events_after(conv, -1 if first is None else first - 1, wanted)
-            popped, _ = cut(reversed(newest), EventRow.size, wanted)  # from the newest
+            popped, _ = cut(reversed(newest), EventRow.size, wanted, budget)  # from the newest
+            if popped and popped[0].size() + ITEM_OVERHEAD_BYTES > budget:
+                # raising undoes the transaction: nothing is deleted
+                raise ReplyTooLarge(
+                    f"max_reply_bytes: turn {popped[0].turn_id} alone needs"
+                    f" {popped[0].size() + ITEM_OVERHEAD_BYTES:,} bytes, over the"
+                    f" {budget:,} asked for (0: {PAGE_BYTES:,}); nothing was deleted: ask for"
+                    f" up to {MAX_RESPONSE_BYTES:,} and raise the client's receive limit"
+                    " to match"
+                )
             popped.reverse()
             if popped:
                 tx.mark_events_deleted(conv, [(popped[0].turn_id, popped[-1].turn_id)], seq)
+            if keyed is not None:
+                keyed.record(tx, [e.turn_id for e in popped])  # with the deletion, at once
         self.notifier.notify()
         return [e.as_appended() for e in popped]
 
@@ -246,3 +284,15 @@ class DeletionService:
         reconciled = self.projector.reconcile(conv)
         self.projector.settle(conv)
         return max(len(deleted), reconciled.removed), len(turns)
+
+
+def _popped_before(tx: LogReader, conv: str, turn_ids: list[int]) -> list[MemoryEvent]:
+    """What a keyed pop deleted, read again for its retry; refused once purged (the text
+    is gone for good: a retry cannot get it back)."""
+    rows = tx.events(conv, turn_ids)
+    if any(t not in rows or not (rows[t].text or rows[t].payload) for t in turn_ids):
+        raise FailedPrecondition(
+            "idempotency_key: the turns this pop deleted were purged since (PurgeDeleted);"
+            " their text cannot be returned again"
+        )
+    return [rows[t].as_appended() for t in turn_ids]

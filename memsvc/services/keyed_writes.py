@@ -1,6 +1,6 @@
-"""Keyed writes (AppendEventsRequest.idempotency_key): a retry of a write whose answer was
-lost (a time-out after the log committed, an agent told to try again) returns the first
-answer and writes nothing again.
+"""Keyed writes (the idempotency_key of AppendEventsRequest and PopEventsRequest): a retry
+of a write whose answer was lost (a time-out after the log committed, an agent told to try
+again) returns the first answer and writes nothing again.
 
 The key is claimed in the write's own transaction (a row of the log's `idempotency`
 table, primary key): a concurrent retry waits for the first and then reads its answer;
@@ -41,18 +41,29 @@ class KeyedWrite:
     def of(cls, key: str, events: Sequence[MemoryEvent], flags: Sequence[object]) -> KeyedWrite:
         """The key of a write of `events` (as sent, before the server numbers or stamps
         them) with its `flags` (allow_gaps, restore, assign_turn_ids[, expectations])."""
+        conversations = sorted({normal_id(e.conversation_id) for e in events})
+        sent = [dataclasses.astuple(e) for e in events]
+        return cls.scoped(key, conversations, [sent, list(flags)])
+
+    @classmethod
+    def of_pop(cls, key: str, conversation_id: str, count: int, budget: int) -> KeyedWrite:
+        """The key of a pop (PopEventsRequest.idempotency_key): scoped apart from appends'
+        keys, so one key reused for an append and a pop names two writes."""
+        return cls.scoped(key, ["pop", conversation_id], [count, budget])
+
+    @classmethod
+    def scoped(cls, key: str, scope: Sequence[str], request: object) -> KeyedWrite:
         if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_CHARS or has_control_chars(key):
             raise InvalidArgument(
                 "idempotency_key",
                 f"1-{MAX_IDEMPOTENCY_KEY_CHARS} characters, no control characters",
             )
-        conversations = sorted({normal_id(e.conversation_id) for e in events})
-        sent = [dataclasses.astuple(e) for e in events]
-        return cls(_digest([key, conversations]), _digest([sent, list(flags)]))
+        return cls(_digest([key, list(scope)]), _digest(request))
 
-    def claim(self, tx: LogWriter) -> AppendResult | None:
-        """The first answer, when this key was written before (within WINDOW_S); None
-        when this write is the first (then `answer` it in the same transaction)."""
+    def claim_answer(self, tx: LogWriter) -> str | None:
+        """The first answer as recorded, when this key was written before (within
+        WINDOW_S); None when this write is the first (then `record` it in the same
+        transaction)."""
         found = tx.claim_key(self.key, self.request_hash, tx.clock() - WINDOW_S)
         if found is None:
             return None
@@ -60,12 +71,20 @@ class KeyedWrite:
         if request_hash != self.request_hash:
             raise InvalidArgument(
                 "idempotency_key",
-                "used within 24 hours for a write of other events: give new events a new key",
+                "used within 24 hours for another request: give a new request a new key",
             )
-        return _decoded(answer)
+        return answer
+
+    def record(self, tx: LogWriter, answer: object) -> None:
+        tx.answer_key(self.key, json.dumps(answer, ensure_ascii=False))
+
+    def claim(self, tx: LogWriter) -> AppendResult | None:
+        """An append's first answer, as claim_answer."""
+        answer = self.claim_answer(tx)
+        return None if answer is None else _decoded(answer)
 
     def answer(self, tx: LogWriter, result: AppendResult) -> None:
-        tx.answer_key(self.key, json.dumps(dataclasses.asdict(result), ensure_ascii=False))
+        self.record(tx, dataclasses.asdict(result))
 
 
 def _decoded(answer: str) -> AppendResult:

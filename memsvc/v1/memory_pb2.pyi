@@ -192,12 +192,16 @@ class LogicalDeleteBySourceResponse(_message.Message):
     def __init__(self, deleted: _Optional[int] = ..., errors: _Optional[_Iterable[_Union[RecordError, _Mapping]]] = ..., events_deleted: _Optional[int] = ...) -> None: ...
 
 class PopEventsRequest(_message.Message):
-    __slots__ = ("conversation_id", "count")
+    __slots__ = ("conversation_id", "count", "max_reply_bytes", "idempotency_key")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    MAX_REPLY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     count: int
-    def __init__(self, conversation_id: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+    max_reply_bytes: int
+    idempotency_key: str
+    def __init__(self, conversation_id: _Optional[str] = ..., count: _Optional[int] = ..., max_reply_bytes: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class PopEventsResponse(_message.Message):
     __slots__ = ("events",)

@@ -62,7 +62,11 @@ class Http:
 
 @pytest.fixture(scope="module")
 def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Http]:
-    root = tmp_path_factory.mktemp("http")
+    yield from serving_http(tmp_path_factory.mktemp("http"))
+
+
+def serving_http(root: Path) -> Iterator[Http]:
+    """memsvc with tokens and an HTTP listener in a child process, until closed."""
     tokens = write_tokens(root / "tokens", TOKENS)
     port, http_port, metrics_port = free_port(), free_port(), free_port()
     proc = start_child(

@@ -24,6 +24,7 @@ from memsvc_client.client import (
     credentials,
     export_request,
     last_turns,
+    pop_request,
     retry_safely,
     search_request,
     trace_context,
@@ -166,10 +167,17 @@ class AsyncMemoryClient:
         reply: pb.LogicalDeleteBySourceResponse = await self.call("LogicalDeleteBySource", request)
         return reply
 
-    async def pop(self, conversation_id: str, count: int = 1) -> list[pb.MemoryEvent]:
+    async def pop(
+        self, conversation_id: str, count: int = 1, *, idempotency_key: str | None = None
+    ) -> list[pb.MemoryEvent]:
         """As MemoryClient.pop."""
-        request = pb.PopEventsRequest(conversation_id=conversation_id, count=count)
-        reply: pb.PopEventsResponse = await self.call("PopEvents", request)
+        request = pop_request(conversation_id, count, idempotency_key)
+        try:
+            reply: pb.PopEventsResponse = await self.call("PopEvents", request)
+        except MemsvcError as exc:
+            if not retry_safely(exc, request.idempotency_key):
+                raise
+            reply = await self.call("PopEvents", request)  # the same key: popped once
         return list(reply.events)
 
     async def status(self, conversation_ids: Sequence[str] = ()) -> pb.GetIndexStatusResponse:

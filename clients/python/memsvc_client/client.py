@@ -196,6 +196,22 @@ def append_request(
     )
 
 
+# What a pop's reply may hold: this client receives up to 64 MiB (channel_options), so it
+# pops any turn the server accepted.
+POP_REPLY_BYTES = 64 * 1024 * 1024
+
+
+def pop_request(
+    conversation_id: str, count: int, idempotency_key: str | None
+) -> pb.PopEventsRequest:
+    return pb.PopEventsRequest(
+        conversation_id=conversation_id,
+        count=count,
+        max_reply_bytes=POP_REPLY_BYTES,
+        idempotency_key=idempotency_key or new_idempotency_key(),
+    )
+
+
 def retry_safely(exc: MemsvcError, idempotency_key: str | None) -> bool:
     """Whether a keyed write that failed this way may be sent again: its answer was lost
     (the server may have written it; the key makes a second write a no-op)."""
@@ -328,12 +344,22 @@ class MemoryClient:
         reply: pb.LogicalDeleteBySourceResponse = self.call("LogicalDeleteBySource", request)
         return reply
 
-    def pop(self, conversation_id: str, count: int = 1) -> list[pb.MemoryEvent]:
-        """Delete the conversation's newest live turns (`count`, or fewer past 3 MiB; the
-        newest always) and return them as appended, in turn order: [] when it has none
-        (PopEvents: one call, and callers popping at once get different turns)."""
-        request = pb.PopEventsRequest(conversation_id=conversation_id, count=count)
-        reply: pb.PopEventsResponse = self.call("PopEvents", request)
+    def pop(
+        self, conversation_id: str, count: int = 1, *, idempotency_key: str | None = None
+    ) -> list[pb.MemoryEvent]:
+        """Delete the conversation's newest live turns (`count`, or fewer past 64 MiB) and
+        return them as appended, in turn order: [] when it has none (PopEvents: one call,
+        and callers popping at once get different turns). Every pop is keyed
+        (`idempotency_key`, a fresh one by default): a pop whose answer was lost
+        (UNAVAILABLE, retried by gRPC itself, or DEADLINE_EXCEEDED, sent once more here)
+        returns the turns the first deleted, never a second turn."""
+        request = pop_request(conversation_id, count, idempotency_key)
+        try:
+            reply: pb.PopEventsResponse = self.call("PopEvents", request)
+        except MemsvcError as exc:
+            if not retry_safely(exc, request.idempotency_key):
+                raise
+            reply = self.call("PopEvents", request)  # the same key: popped once
         return list(reply.events)
 
     def status(self, conversation_ids: Sequence[str] = ()) -> pb.GetIndexStatusResponse:

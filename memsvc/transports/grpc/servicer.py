@@ -147,7 +147,13 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.PopEventsRequest, context: grpc.ServicerContext
     ) -> pb.PopEventsResponse:
         # a log write, as light as an append
-        popped = self.core.deletion.pop(request.conversation_id, request.count, current_access())
+        popped = self.core.deletion.pop(
+            request.conversation_id,
+            request.count,
+            current_access(),
+            max_reply_bytes=request.max_reply_bytes,
+            idempotency_key=request.idempotency_key,
+        )
         return pb.PopEventsResponse(events=[event_to_pb(e) for e in popped])
 
     @rpc(lambda r: {"dim": r.dim})

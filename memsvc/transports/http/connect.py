@@ -33,13 +33,13 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from memsvc.domain.limits import MAX_REQUEST_BYTES
+from memsvc.transports.http import headers, json_body
 from memsvc.transports.http.hosts import HostCheck, HostPolicy
 from memsvc.transports.wire import refusal_of_bytes, refusal_of_json
 from memsvc.v1 import memory_pb2 as pb
 
 SERVICE = "memsvc.v1.MemoryService"
 TRANSPORT_KEY = "x-memsvc-transport"
-TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
 DEFAULT_TIMEOUT_S = 600.0
 
 # Connect's codes and their HTTP statuses (connectrpc.com/docs/protocol#error-codes).
@@ -143,14 +143,6 @@ def _denied(denial: Refusal) -> Response:
     )
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are unique (as json_format.Parse requires)."""
-    value = dict(pairs)
-    if len(value) != len(pairs):
-        raise ValueError("a JSON object repeats a key")
-    return value
-
-
 def _invalid(field: str, why: str) -> Response:
     """INVALID_ARGUMENT naming the field, with the BadRequest detail gRPC callers get."""
     violation = error_details_pb2.BadRequest.FieldViolation(field=field, description=why)
@@ -176,6 +168,29 @@ async def _read_body(request: Request, max_body: int) -> bytes | None:
     return b"".join(chunks)
 
 
+def _decode(
+    method: Method, kind: str, body: bytes
+) -> tuple[Message, tuple[str, str] | None] | Response:
+    """The request message and any count refusal (field, why), or the error response for a
+    body that does not decode: INVALID_ARGUMENT, whatever the body (never a 500)."""
+    message = method.request()
+    try:
+        if kind == "application/json":
+            parsed = json_body.decoded(body)
+            refused = refusal_of_json(method.name, parsed)
+            if refused is None:
+                json_format.ParseDict(parsed, message)
+        else:
+            refused = refusal_of_bytes(method.name, body)
+            if refused is None:
+                message.ParseFromString(body)
+    except (json_format.ParseError, DecodeError, UnicodeDecodeError, ValueError) as exc:
+        return _error(grpc.StatusCode.INVALID_ARGUMENT, f"request: {exc}")
+    except RecursionError:  # protobuf's own nesting limit (binary), past any check of ours
+        return _error(grpc.StatusCode.INVALID_ARGUMENT, "request: nested too deeply")
+    return message, refused
+
+
 # What a browser may send and read across origins: Connect's own headers and the token
 # (connectrpc.com/docs/cors); no credentials mode, since tokens travel in a header.
 CORS_ALLOW_HEADERS = [
@@ -184,7 +199,7 @@ CORS_ALLOW_HEADERS = [
     "connect-protocol-version",
     "connect-timeout-ms",
     "x-user-agent",
-    *TRACE_HEADERS,
+    *headers.TRACE_HEADERS,
 ]
 CORS_EXPOSE_HEADERS = ["retry-after", "content-length"]
 CORS_MAX_AGE_S = 7200
@@ -235,26 +250,22 @@ def connect_app(
                 f"request: over {max_body // (1024 * 1024)} MiB (MEMSVC_MAX_REQUEST_MB):"
                 " split the events over several calls",
             )
-        message = method.request()
-        try:
-            if kind == "application/json":
-                parsed = json.loads(body or b"{}", object_pairs_hook=_unique_keys)
-                refused = refusal_of_json(method.name, parsed) if isinstance(parsed, dict) else None
-                if refused is None:
-                    json_format.ParseDict(parsed, message)
-            else:
-                refused = refusal_of_bytes(method.name, body)
-                if refused is None:
-                    message.ParseFromString(body)
-        except (json_format.ParseError, DecodeError, UnicodeDecodeError, ValueError) as exc:
-            return _error(grpc.StatusCode.INVALID_ARGUMENT, f"request: {exc}")
+        # decoding a 16 MiB body takes a second: off the event loop
+        decoded = await anyio.to_thread.run_sync(_decode, method, kind, body)
+        if isinstance(decoded, Response):
+            return decoded
+        message, refused = decoded
         if refused is not None:
             field, why = refused
             return _invalid(field, why)
-        # every value: two are refused as ambiguous, as over gRPC
-        metadata = [(TRANSPORT_KEY, "http")] + [("authorization", v) for v in authorization]
+        # every value (two are refused as ambiguous, as over gRPC) that metadata can carry:
+        # the gate has refused any other when tokens are on; off, the server ignores them
+        metadata = [(TRANSPORT_KEY, "http")]
+        metadata += [("authorization", v) for v in headers.kept("authorization", authorization)]
         # the caller's trace continues through the bridge (W3C Trace Context, and baggage)
-        metadata += [(k, v) for k in TRACE_HEADERS for v in request.headers.getlist(k)[:1]]
+        metadata += headers.trace_metadata(
+            {k: request.headers.getlist(k) for k in headers.TRACE_HEADERS}
+        )
         try:
             reply = await anyio.to_thread.run_sync(
                 lambda: method.call(message, metadata=metadata, timeout=timeout)
