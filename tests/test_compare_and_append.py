@@ -95,3 +95,17 @@ def test_expectations_are_checked_naming_the_field(services_on_both: Services) -
         svc.ingest.append(
             events, assign_turn_ids=True, idempotency_key="k", expected_last_turn={"cas-check": 0}
         )
+
+
+def test_two_spellings_of_one_conversation_are_refused_in_any_order(
+    services_on_both: Services,
+) -> None:
+    """Issue 81, item 5: NFC and NFD keys of one conversation with different expected turns
+    were accepted or refused by the map's order. Now refused, naming both keys."""
+    svc = services_on_both
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    for expected in ({nfc: -1, nfd: 5}, {nfd: 5, nfc: -1}):
+        with pytest.raises(InvalidArgument) as refused:
+            svc.ingest.append(said(nfc, "a"), assign_turn_ids=True, expected_last_turn=expected)
+        assert repr(nfc) in str(refused.value) and repr(nfd) in str(refused.value)
+    assert last_turn(svc, nfc) == -1  # nothing written

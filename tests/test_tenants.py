@@ -121,3 +121,16 @@ def test_another_tenants_writes_leave_a_tenants_keyword_scores_alone(
     services.deletion.delete("beta/1", TurnRange(0, 19), [])
     services.deletion.purge_deleted("beta/1")
     assert unmoved(acme_scores())
+
+
+def test_a_token_prefix_without_a_slash_is_refused() -> None:
+    """Issue 81, item 4: tokens `acme` and `globex` (no "/") shared the tenant "" and so
+    each other's keyword statistics: globex's writes moved acme's score 1.026 -> 0.270.
+    The tokens file now refuses the prefix that cannot have statistics of its own."""
+    from memsvc.transports.grpc.auth import TokenFileError, parse_tokens
+
+    token = "t" * 24
+    with pytest.raises(TokenFileError, match=r"tokens:2: prefix 2 'globex' has no '/'.*'globex/'"):
+        parse_tokens(f"reader {token} acme/\nwriter {token}x acme/ globex\n", "tokens")
+    ((_, access),) = parse_tokens(f"reader {token} acme/ acme/u1/\n", "tokens")
+    assert access.prefixes == ("acme/", "acme/u1/")

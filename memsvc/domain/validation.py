@@ -110,9 +110,17 @@ def expected_last_turns(
     names a conversation of one of `items` and a last turn id from -1 (none yet) up."""
     written = {normal_id(e.conversation_id) for e in items}
     out: dict[str, int] = {}
-    for key, last in expected.items():
+    spelled: dict[str, str] = {}  # normal form -> the key that gave it
+    for key, last in sorted(expected.items()):  # one answer whatever the map's order
         field = f"expected_last_turn[{key!r}]"
         conv = conversation_id(key, field)
+        if conv in spelled:
+            raise InvalidArgument(
+                field,
+                f"names the same conversation as expected_last_turn[{spelled[conv]!r}]"
+                f" ({conv!r} once folded: NFC, whitespace): give one key per conversation",
+            )
+        spelled[conv] = key
         if conv not in written:
             raise InvalidArgument(field, "names no conversation of this call's events")
         if not -1 <= last <= MAX_TURN_ID:

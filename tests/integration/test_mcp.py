@@ -253,6 +253,16 @@ async def agent_flow(writer: Client, conversation: str) -> None:
         assert once.structured_content["turn_ids"] == [4]
         other = await writer.call_tool("add_turns", {**keyed, "turns": said[:1]})
         assert other.is_error and "request_id" in text_of(other), text_of(other)
+        # issue 81, item 6: without request_id, the same call sent again at once (its
+        # answer lost) is stored once; a real repeat ("ok", the reply, "ok") is stored
+        ok = [{"speaker": "user", "text": "ok"}]
+        reply = [{"speaker": "assistant", "text": "Glad to help."}]
+        sent = [
+            await writer.call_tool("add_turns", {"conversation_id": conversation, "turns": t})
+            for t in (ok, ok, reply, ok)
+        ]
+        ids = [r.structured_content["turn_ids"] for r in sent if r.structured_content]
+        assert ids == [[5], [5], [6], [7]], ids  # the second "ok" was the first again
 
 
 def test_agents_add_turns_without_ids_or_times(target: str) -> None:

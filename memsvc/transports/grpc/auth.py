@@ -102,6 +102,16 @@ def parse_tokens(text: str, source: str) -> list[tuple[bytes, Access]]:
             )
         except InvalidArgument as exc:
             raise TokenFileError(f"{source}:{n}: {exc}") from None
+        for i, prefix in enumerate(normal):
+            if "/" not in prefix:
+                # keyword statistics are per first segment through its "/" (memsvc.domain.
+                # bm25.tenant): ids without one all share the tenant "", so such a prefix
+                # would share statistics with every other prefix without one
+                raise TokenFileError(
+                    f"{source}:{n}: prefix {i + 1} {prefix!r} has no '/': a tenant's ids start"
+                    f" with a segment through its first '/' ({prefix + '/'!r}), whose keyword"
+                    " statistics are its own"
+                )
         entries.append((_digest(token), Access(role, normal)))
     if not entries:
         raise TokenFileError(f"{source}: no tokens")

@@ -7,6 +7,7 @@ rendering beside them, for hosts that show text only."""
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -26,6 +27,7 @@ from memsvc.transports.mcp.models import (
     Turn,
     hit_of,
 )
+from memsvc.transports.mcp.retries import RecentCalls
 from memsvc.v1 import memory_pb2 as pb
 
 T = TypeVar("T")
@@ -72,6 +74,7 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
     server: MCPServer = MCPServer(
         name="memsvc", instructions=INSTRUCTIONS, log_level="WARNING", version="1"
     )
+    recent = RecentCalls()
 
     def token(ctx: Context) -> str:
         try:
@@ -86,13 +89,14 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
             "Store turns of one conversation in long-term memory. Writes are durable when "
             "this returns; they become searchable within seconds (pass wait=true to return "
             "only once they are). To retry a call safely, send it again with the same "
-            "request_id: the turns are stored once. Without request_id, a turn re-sent "
-            "without turn_id is stored again."
+            "request_id: the turns are stored once. Without request_id, the same turns sent "
+            "again within 30 s, with no other add_turns to the conversation between, are "
+            "taken as a retry and stored once."
         ),
         annotations=ToolAnnotations(
             read_only_hint=False,
             destructive_hint=False,
-            idempotent_hint=False,  # only with request_id
+            idempotent_hint=False,  # exactly only with request_id
             open_world_hint=False,
         ),
     )
@@ -126,23 +130,26 @@ def build_mcp(gateway: MemoryGateway, token_of: TokenOf) -> MCPServer:
                 f"INVALID_ARGUMENT: turns[{first}].timestamp: required with turn ids"
                 " (omit the ids too and memsvc stamps the time of receipt)"
             )
-        request = pb.AppendEventsRequest(
-            events=[
-                pb.MemoryEvent(
-                    conversation_id=conversation_id,
-                    turn_id=t.turn_id or 0,
-                    speaker=t.speaker,
-                    text=t.text,
-                    timestamp=t.timestamp or "",
-                    speaker_name=t.speaker_name or "",
-                    participants=t.participants or [],
-                )
-                for t in turns
-            ],
-            assign_turn_ids=assign,
-            idempotency_key=request_id or "",
-        )
+        events = [
+            pb.MemoryEvent(
+                conversation_id=conversation_id,
+                turn_id=t.turn_id or 0,
+                speaker=t.speaker,
+                text=t.text,
+                timestamp=t.timestamp or "",
+                speaker_name=t.speaker_name or "",
+                participants=t.participants or [],
+            )
+            for t in turns
+        ]
         bearer = token(ctx)
+        if request_id is None:  # a retry of this call is still stored once (retries.py)
+            sent = b"".join(e.SerializeToString(deterministic=True) for e in events)
+            caller = hashlib.sha256(bearer.encode()).hexdigest()
+            request_id = recent.key_for(caller, conversation_id, sent)
+        request = pb.AppendEventsRequest(
+            events=events, assign_turn_ids=assign, idempotency_key=request_id
+        )
         renames = {
             "events[0].conversation_id": "conversation_id",
             "events": "turns",
