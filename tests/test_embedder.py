@@ -99,7 +99,9 @@ def test_fallback_to_bundled_model_is_fast_and_warns(
     start = time.perf_counter()
     loaded = load_embedder(make_settings(tmp_path, embed_model="BAAI/bge-small-zh-v1.5"))
     assert time.perf_counter() - start < 60  # no network time-out loop
-    assert loaded.info.fallback and loaded.name == BUNDLED_MODEL_NAME
+    # the multilingual model by default (MEMSVC_EMBED_FALLBACK_MODEL; tests/test_e5.py)
+    assert loaded.info.fallback and loaded.name == "intfloat/multilingual-e5-small"
+    assert "embed_model_fallback" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

