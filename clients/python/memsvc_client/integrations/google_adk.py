@@ -135,7 +135,21 @@ def events_key(events: Sequence[Event], last_turn: int) -> str:
 
 def event_id(turn: pb.MemoryEvent) -> str:
     """The ADK event id a turn was added from ("" for a turn without one)."""
-    return str(json.loads(turn.payload).get("id", "")) if turn.payload else ""
+    event = event_of(turn)
+    return event.id if event is not None else ""
+
+
+def event_of(turn: pb.MemoryEvent) -> Event | None:
+    """The ADK event a turn was added from; None for a turn without one, or whose payload
+    another client wrote (skipped by every read, never a crash)."""
+    from google.adk.events.event import Event
+
+    if not turn.payload:
+        return None
+    try:
+        return Event.model_validate_json(turn.payload)
+    except ValueError:  # pydantic's ValidationError, a JSONDecodeError
+        return None
 
 
 def holds(text: str, term: str) -> bool:
@@ -154,10 +168,7 @@ def covered(hit: pb.Hit) -> list[int]:
     return list(hit.turns) or list(range(span.start, span.end + 1))
 
 
-def to_entry(hit: pb.Hit, turn: pb.MemoryEvent) -> MemoryEntry:
-    from google.adk.events.event import Event
-
-    event = Event.model_validate_json(turn.payload)
+def to_entry(hit: pb.Hit, turn: pb.MemoryEvent, event: Event) -> MemoryEntry:
     return MemoryEntry(
         id=event.id,
         content=event.content or types.Content(role="user", parts=[types.Part(text=turn.text)]),
@@ -237,10 +248,9 @@ class MemsvcMemoryService(BaseMemoryService):
 
     async def events(self, *, app_name: str, user_id: str) -> list[Event]:
         """Every event kept for this user, in the order added, exactly as added."""
-        from google.adk.events.event import Event
 
         turns = await self._export(self._conversation(app_name, user_id))
-        return [Event.model_validate_json(t.payload) for t in turns if t.payload]
+        return [e for e in map(event_of, turns) if e is not None]
 
     async def search_memory(
         self, *, app_name: str, user_id: str, query: str
@@ -266,9 +276,10 @@ class MemsvcMemoryService(BaseMemoryService):
         for hit, turns, events in zip(hits, spans, read, strict=True):
             wanted = set(turns)
             said = [t for t in events if t.turn_id in wanted and t.turn_id not in seen]
-            for turn in self._answering(hit, [t for t in said if t.payload]):
+            added = {t.turn_id: e for t in said if (e := event_of(t)) is not None}
+            for turn in self._answering(hit, [t for t in said if t.turn_id in added]):
                 seen.add(turn.turn_id)
-                memories.append(to_entry(hit, turn))
+                memories.append(to_entry(hit, turn, added[turn.turn_id]))
         return SearchMemoryResponse(memories=memories[: self.top_k])
 
     def _answering(self, hit: pb.Hit, turns: list[pb.MemoryEvent]) -> list[pb.MemoryEvent]:

@@ -1,7 +1,9 @@
 """memsvc as LangChain memory (`pip install 'memsvc-client[langchain]'`, langchain-core).
 
 `MemsvcChatMessageHistory(BaseChatMessageHistory)`: one memsvc conversation.
-- `session_id` is the conversation id (with a tenant's token, within its tenant).
+- `session_id` is the conversation id (with a tenant's token, within its tenant): as it is
+  when memsvc's normal form and without `%`, else percent-encoded (`_ids.single_id`), so
+  no two session ids share a conversation (memsvc folds ids: NFC, runs of spaces).
 - Each message is one turn. Its serialised form (`message_to_dict`) is the turn's
   `payload`, so `messages` gives back every message exactly as added: AI messages with
   tool calls, tool results, content blocks, ids and metadata included.
@@ -55,6 +57,7 @@ from pydantic import ConfigDict, Field
 
 from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemoryClient, new_idempotency_key, written
+from memsvc_client.integrations._ids import single_id
 from memsvc_client.v1 import memory_pb2 as pb
 
 # By message type (BaseMessage.type): who speaks in memsvc's turns.
@@ -90,11 +93,21 @@ def to_event(session_id: str, message: BaseMessage) -> pb.MemoryEvent:
     )
 
 
-def to_message(event: pb.MemoryEvent) -> BaseMessage:
+def to_message(event: pb.MemoryEvent) -> BaseMessage | None:
+    """The message a turn holds; a turn without a payload (plain text from another client)
+    reads as a message of its text; None for a payload that is not a LangChain message
+    (another adapter's item: skipped, as the Agents SDK adapter skips ours)."""
     if event.payload:
-        return messages_from_dict([json.loads(event.payload)])[0]
+        try:
+            return messages_from_dict([json.loads(event.payload)])[0]
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            return None
     kind = MESSAGES.get(event.speaker, HumanMessage)
     return kind(content=event.text, name=event.speaker_name or None)
+
+
+def to_messages(events: list[pb.MemoryEvent]) -> list[BaseMessage]:
+    return [m for m in map(to_message, events) if m is not None]
 
 
 class MemsvcChatMessageHistory(BaseChatMessageHistory):
@@ -112,16 +125,17 @@ class MemsvcChatMessageHistory(BaseChatMessageHistory):
         if client is None and async_client is None:
             raise ValueError("client or async_client: at least one")
         self.session_id = session_id
+        self.conversation_id = single_id(session_id)  # injective (memsvc folds ids)
         self.client = client
         self.async_client = async_client
         self.wait = wait
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        return [to_message(e) for e in self._sync().export(self.session_id)]
+        return to_messages(self._sync().export(self.conversation_id))
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        events = [to_event(self.session_id, m) for m in messages]
+        events = [to_event(self.conversation_id, m) for m in messages]
         if events:
             key = new_idempotency_key()
             reply = self._sync().append(
@@ -130,17 +144,17 @@ class MemsvcChatMessageHistory(BaseChatMessageHistory):
             written(reply, "messages")
 
     def clear(self) -> None:
-        self._sync().delete(self.session_id, defer_store=True)
+        self._sync().delete(self.conversation_id, defer_store=True)
 
     async def aget_messages(self) -> list[BaseMessage]:
         if self.async_client is None:
             return await super().aget_messages()
-        return [to_message(e) for e in await self.async_client.export(self.session_id)]
+        return to_messages(await self.async_client.export(self.conversation_id))
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         if self.async_client is None:
             return await super().aadd_messages(messages)
-        events = [to_event(self.session_id, m) for m in messages]
+        events = [to_event(self.conversation_id, m) for m in messages]
         if events:
             reply = await self.async_client.append(
                 events, assign_turn_ids=True, wait=self.wait, idempotency_key=new_idempotency_key()
@@ -150,7 +164,7 @@ class MemsvcChatMessageHistory(BaseChatMessageHistory):
     async def aclear(self) -> None:
         if self.async_client is None:
             return await super().aclear()
-        await self.async_client.delete(self.session_id, defer_store=True)
+        await self.async_client.delete(self.conversation_id, defer_store=True)
 
     def _sync(self) -> MemoryClient:
         if self.client is None:

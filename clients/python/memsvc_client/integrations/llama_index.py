@@ -10,8 +10,8 @@ turn: deletes, tenants, exports and every replica see the same memory.
 
 How LlamaIndex's types map onto memsvc:
 - The conversation is `conversation_id` if given, else the `Memory`'s `session_id` (which
-  the `Memory` passes on every put and get). With a token limited to a tenant's prefixes,
-  use ids within them.
+  the `Memory` passes on every put and get), mapped injectively (`_ids.single_id`). With
+  a token limited to a tenant's prefixes, use ids within them.
 - Each `ChatMessage` is one turn. Its JSON (`model_dump_json`, without the `session_id` the
   `Memory` adds) is the turn's `payload`, so `messages()` gives back the messages exactly.
   The turn's `text` is what the message says: its text blocks, `[<role>]` when it has none.
@@ -46,6 +46,7 @@ from pydantic import Field, PrivateAttr
 from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemsvcError, new_idempotency_key, search_request, written
 from memsvc_client.integrations._hits import said_lines
+from memsvc_client.integrations._ids import single_id
 from memsvc_client.v1 import memory_pb2 as pb
 
 SPEAKERS = {
@@ -81,6 +82,18 @@ def describe(hit: pb.Hit) -> str:
     return f"- ({head}) {said}" if head else f"- {said}"
 
 
+def to_message(event: pb.MemoryEvent) -> ChatMessage | None:
+    """The message a turn holds; a turn without a payload (plain text from another client)
+    reads as a message of its text; None for a payload that is not a ChatMessage (another
+    adapter's item: skipped, never a crash)."""
+    if not event.payload:
+        return ChatMessage(role=ROLES.get(event.speaker, MessageRole.SYSTEM), content=event.text)
+    try:
+        return ChatMessage.model_validate_json(event.payload)
+    except ValueError:  # pydantic's ValidationError, a JSONDecodeError
+        return None
+
+
 class MemsvcMemoryBlock(BaseMemoryBlock[str]):
     """Long-term memory kept in memsvc (see the module's docstring for the mapping)."""
 
@@ -114,7 +127,8 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
         self._memory = AsyncMemoryClient(self.target, token=self.token, ca_file=self.ca_file)
 
     def _conversation(self, session_id: str | None) -> str:
-        conversation = self.conversation_id or session_id
+        # a Memory's session id mapped injectively (memsvc folds ids); conversation_id as given
+        conversation = self.conversation_id or (single_id(session_id) if session_id else "")
         if not conversation:
             raise ValueError("MemsvcMemoryBlock needs conversation_id or a Memory session_id")
         return conversation
@@ -174,12 +188,7 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
     async def messages(self, session_id: str | None = None) -> list[ChatMessage]:
         """Every message kept in the conversation, in order, exactly as put."""
         events = await self._memory.export(self._conversation(session_id))
-        return [
-            ChatMessage.model_validate_json(e.payload)
-            if e.payload  # another client's turn: a message of its text
-            else ChatMessage(role=ROLES.get(e.speaker, MessageRole.SYSTEM), content=e.text)
-            for e in events
-        ]
+        return [m for m in map(to_message, events) if m is not None]
 
     async def clear(self, session_id: str | None = None) -> None:
         """Delete the conversation's turns: they are never found or returned again."""

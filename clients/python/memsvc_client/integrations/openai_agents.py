@@ -7,7 +7,8 @@ numbers the items and holds the conversation while it writes.
 
 How the SDK's items map onto memsvc:
 - `session_id` is the conversation id (with a token limited to a tenant's prefixes, give
-  an id within them, e.g. "acme/" + the user's id).
+  an id within them, e.g. "acme/" + the user's id): as it is when in memsvc's normal form
+  and without `%`, else percent-encoded (`_ids.single_id`): no two sessions share one.
 - Each item (`TResponseInputItem`: a message, a function call, its output, a reasoning
   item, ...) is one turn. Its JSON, exactly as added, is the turn's `payload`, and
   `get_items` returns it unchanged: tool calls and structured content round-trip.
@@ -53,6 +54,7 @@ import grpc
 
 from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemsvcError, new_idempotency_key, written
+from memsvc_client.integrations._ids import single_id
 from memsvc_client.v1 import memory_pb2 as pb
 
 if TYPE_CHECKING:
@@ -126,6 +128,7 @@ class MemsvcSession:
         from agents.memory.session_settings import SessionSettings, coerce_session_settings
 
         self.session_id = session_id
+        self.conversation_id = single_id(session_id)  # injective (memsvc folds ids)
         # as SQLiteSession: a dict is coerced, None is SessionSettings()
         self.session_settings: SessionSettings = (
             coerce_session_settings(session_settings)
@@ -146,7 +149,7 @@ class MemsvcSession:
         # limit counts items: past corrupt newest turns, read further back.
         wanted = limit or 0
         while True:
-            events = await self._client.export(self.session_id, last=wanted)
+            events = await self._client.export(self.conversation_id, last=wanted)
             if wanted:
                 events = events[-wanted:]
             items = [i for i in map(_item_of, events) if i is not None]
@@ -162,7 +165,7 @@ class MemsvcSession:
             raw: Mapping[str, Any] = item
             events.append(
                 pb.MemoryEvent(
-                    conversation_id=self.session_id,
+                    conversation_id=self.conversation_id,
                     speaker=speaker_of(raw),
                     text=text_of(raw)[: self.max_text_chars],
                     payload=json.dumps(item, ensure_ascii=False),
@@ -176,7 +179,7 @@ class MemsvcSession:
     async def pop_item(self) -> TResponseInputItem | None:
         while True:
             try:
-                popped = await self._client.pop(self.session_id)
+                popped = await self._client.pop(self.conversation_id)
             except MemsvcError as exc:
                 if exc.code is not grpc.StatusCode.UNIMPLEMENTED:
                     raise
@@ -192,12 +195,12 @@ class MemsvcSession:
         """pop_item in two calls, for servers without PopEvents: read the newest turn, then
         delete it; another process may take it between the two."""
         while True:
-            events = await self._client.export(self.session_id, last=1)
+            events = await self._client.export(self.conversation_id, last=1)
             if not events:
                 return None
             newest = events[-1]
             deleted = await self._client.delete(
-                self.session_id, (newest.turn_id, newest.turn_id), defer_store=True
+                self.conversation_id, (newest.turn_id, newest.turn_id), defer_store=True
             )
             item = _item_of(newest)
             if deleted.events_deleted and item is not None:
@@ -206,7 +209,7 @@ class MemsvcSession:
 
     async def clear_session(self) -> None:
         try:
-            await self._client.delete(self.session_id, defer_store=True)
+            await self._client.delete(self.conversation_id, defer_store=True)
         except MemsvcError as exc:
             if exc.code is not grpc.StatusCode.NOT_FOUND:  # nothing ever added: nothing to clear
                 raise
@@ -214,7 +217,7 @@ class MemsvcSession:
     async def purge(self) -> pb.PurgeDeletedResponse:
         """Erase the text of this session's deleted turns for good (needs an admin token)."""
         reply: pb.PurgeDeletedResponse = await self._client.call(
-            "PurgeDeleted", pb.PurgeDeletedRequest(conversation_id=self.session_id)
+            "PurgeDeleted", pb.PurgeDeletedRequest(conversation_id=self.conversation_id)
         )
         return reply
 
