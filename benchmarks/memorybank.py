@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import ROOT, ingest, machine, percentile
+from recall import memsvc  # the same EmbedDb call (it reads conversation_id and question)
 
 from evals import memorybank
 from memsvc.config import Settings
@@ -38,7 +39,6 @@ from memsvc.embedding.e5 import E5_MODEL_NAME
 from memsvc.embedding.loading import load_local_embedder
 from memsvc.embedding.model import BUNDLED_MODEL_NAME
 from memsvc.v1 import memory_pb2 as pb
-from memsvc.v1 import memory_pb2_grpc as pb_grpc
 from tests.support.launch import running_server
 
 DEFAULT_FILE = ROOT.parent / "shared" / "eval" / "memorybank-dev.json"
@@ -102,27 +102,6 @@ def keyword() -> System:
             scores.append(score)
         order = np.argsort(-np.array(scores), kind="stable")[: budget // 2]
         return {t for k in order for t in h.exchanges[k]}
-
-    return turns
-
-
-def memsvc(stub: pb_grpc.MemoryServiceStub, mode: int, latencies: list[float]) -> System:
-    def turns(h: memorybank.History, q: memorybank.Question, budget: int) -> set[int]:
-        started = time.perf_counter()
-        found = stub.EmbedDb(
-            pb.EmbedDbRequest(
-                query_text=q.question,
-                mode=mode,
-                turn_budget=budget,
-                filters=pb.SearchFilters(conversation_ids=[h.conversation_id]),
-            )
-        )
-        latencies.append((time.perf_counter() - started) * 1000)
-        out: set[int] = set()
-        for hit in [*found.standing, *found.hits]:
-            r = hit.metadata.turn_range
-            out.update(hit.turns or range(r.start, r.end + 1))
-        return out
 
     return turns
 
