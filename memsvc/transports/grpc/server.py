@@ -38,6 +38,7 @@ from memsvc.transports.grpc.auth import (
 from memsvc.transports.grpc.calls import SERVICE_NAME
 from memsvc.transports.grpc.decoding import DecodeGuard
 from memsvc.transports.grpc.servicer import MemoryServicer
+from memsvc.transports.grpc.tls import tls_files
 from memsvc.transports.http.connect import Gate, Refusal
 from memsvc.transports.http.hosts import HostPolicy
 from memsvc.transports.http.server import HttpServer, HttpTls, bind
@@ -194,17 +195,6 @@ def start_server(
     return RunningServer(server, port, servicer, health_servicer, bridge_target=bridge_target)
 
 
-def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
-    if settings.tls_cert_file is None or settings.tls_key_file is None:
-        return None
-    ca = settings.tls_client_ca_file
-    return grpc.ssl_server_credentials(
-        [(settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes())],
-        root_certificates=ca.read_bytes() if ca is not None else None,
-        require_client_auth=ca is not None,
-    )
-
-
 def http_gate(tokens: TokenTable) -> Gate:
     """The gRPC check, on an HTTP call's headers, before its body is read."""
 
@@ -215,13 +205,6 @@ def http_gate(tokens: TokenTable) -> Gate:
         return None
 
     return gate
-
-
-def http_tls(settings: Settings) -> HttpTls | None:
-    """The HTTP listener serves the same certificate (and client CA) as gRPC."""
-    if settings.tls_cert_file is None or settings.tls_key_file is None:
-        return None
-    return HttpTls(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
 
 
 def check_exposure(settings: Settings) -> None:
@@ -284,6 +267,7 @@ def serve(settings: Settings) -> None:
         tokens = TokenTable(settings.auth_tokens_file) if settings.auth_tokens_file else None
     except TokenFileError as exc:
         raise SystemExit(f"memsvc: auth tokens file: {exc}") from None
+    tls = tls_files(settings)  # one line naming the setting, before anything loads
     try:
         datadir.lock(settings.data_dir)
     except (datadir.DataDirBusy, OSError) as exc:
@@ -315,7 +299,7 @@ def serve(settings: Settings) -> None:
         max_embedding_calls=settings.max_embedding_calls,
         max_write_calls=settings.max_write_calls,
         max_request_bytes=settings.max_request_mb * 1024 * 1024,
-        credentials=server_credentials(settings),
+        credentials=tls.grpc_credentials() if tls is not None else None,
         reflection_on=settings.reflection,
         bridge=http_socket is not None,
     )
@@ -325,7 +309,7 @@ def serve(settings: Settings) -> None:
         http_server = HttpServer(
             http_socket,
             running.bridge_target,
-            http_tls(settings),
+            HttpTls(tls.cert, tls.key, tls.client_ca) if tls is not None else None,
             gate,
             max_body=settings.max_request_mb * 1024 * 1024,
             hosts=HostPolicy(
