@@ -146,11 +146,12 @@ class DeletionService:
             first = tx.nth_newest_live_turn(conv, wanted)
             newest = tx.events_after(conv, -1 if first is None else first - 1, wanted)
             popped, _ = cut(reversed(newest), EventRow.size, wanted, budget)  # from the newest
-            if popped and popped[0].size() + ITEM_OVERHEAD_BYTES > budget:
+            needed = popped[0].size() + ITEM_OVERHEAD_BYTES if popped else 0
+            if needed > budget:  # the newest alone (cut never returns an empty page)
                 # raising undoes the transaction: nothing is deleted
                 raise ReplyTooLarge(
                     f"max_reply_bytes: turn {popped[0].turn_id} alone needs"
-                    f" {popped[0].size() + ITEM_OVERHEAD_BYTES:,} bytes, over the"
+                    f" {needed:,} bytes, over the"
                     f" {budget:,} asked for (0: {PAGE_BYTES:,}); nothing was deleted: ask for"
                     f" up to {MAX_RESPONSE_BYTES:,} and raise the client's receive limit"
                     " to match"
