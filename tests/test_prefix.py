@@ -105,6 +105,17 @@ def test_chinese_topics_are_nouns() -> None:
     assert {"新宿", "护照", "书桌"} <= set(topic)
 
 
+def test_a_mixed_chinese_window_is_topiced_in_chinese() -> None:
+    """Issue 82: `大阪、please、remind、allergic` was the context line of a Chinese turn
+    with English words in it; lowercase English words are code-switching, not topics,
+    and names keep their capitals."""
+    kw = KeywordExtractor()
+    topic = kw.keywords("我下周去大阪出差，please remind me 我对花生 allergic，记得订 Hilton 酒店。")
+    assert not {"please", "remind", "allergic", "me"} & set(topic)
+    assert {"大阪", "花生", "Hilton"} <= set(topic)
+    assert "Python" in kw.keywords("我在用 Python 写一个客户端，bug 很多。")
+
+
 def test_render_prefix_forms() -> None:
     zh = render_prefix(PrefixInput(["2026-02-02"], ["用户"], ["护照", "东京"], True))
     assert zh == "[上下文：2026-02-02 用户在讨论护照、东京]"

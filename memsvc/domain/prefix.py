@@ -100,6 +100,7 @@ INTENT_TAGS = (INSTRUCTION_TAG, *(tag for tag, _ in INTENT_RULES), INTENT_OTHER)
 _DIGITS = re.compile(r"^[\d.,:%-]+$")
 _TOPIC_POS = ("n", "nr", "ns", "nt", "nz", "nw", "vn", "eng")
 _WORDISH = re.compile(r"\w")
+_LOWER_LATIN = re.compile(r"^[a-z][a-z'-]*$")
 
 
 def classify_intent(
@@ -166,6 +167,10 @@ class KeywordExtractor:
             if key in seen or key in FILLER_WORDS or _DIGITS.match(word):
                 continue
             if not _WORDISH.search(word):
+                continue
+            if _LOWER_LATIN.match(word):
+                # an English word inside Chinese text is code-switching ("please remind",
+                # "allergic"), not a topic; names, products and acronyms keep capitals
                 continue
             seen.add(key)
             terms.append(word)
