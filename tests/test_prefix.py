@@ -110,7 +110,9 @@ def test_a_mixed_chinese_window_is_topiced_in_chinese() -> None:
     with English words in it; lowercase English words are code-switching, not topics,
     and names keep their capitals."""
     kw = KeywordExtractor()
-    topic = kw.keywords("我下周去大阪出差，please remind me 我对花生 allergic，记得订 Hilton 酒店。")
+    topic = kw.keywords(
+        "我下周去大阪出差，please remind me 我对花生 allergic，记得订 Hilton 酒店。"
+    )
     assert not {"please", "remind", "allergic", "me"} & set(topic)
     assert {"大阪", "花生", "Hilton"} <= set(topic)
     assert "Python" in kw.keywords("我在用 Python 写一个客户端，bug 很多。")
