@@ -118,6 +118,34 @@ def test_search_rejects_bad_requests(services: Services) -> None:
     assert err.value.field == "texts"
 
 
+@pytest.mark.parametrize("mode", list(SearchMode))
+def test_a_long_query_is_refused_or_cut_to_its_end(services: Services, mode: SearchMode) -> None:
+    """Issue 83: frameworks pass a whole conversation as the query. Refused by default,
+    naming the field; with keep_query_end, its end is searched, within the characters
+    and the model's tokens, from a word's start."""
+    services.ingest.upsert(services.ingest.build(conversation("lq", EN_TURNS)).chunks)
+    head = "Earlier we talked about many unrelated things, " * 150
+    asked = head + "what about the golden retriever and the hiking trip?"
+    req = SearchRequest(asked, 5, SearchFilters(("lq",)), mode)
+    with pytest.raises(InvalidArgument) as err:
+        services.search.search(req)
+    assert err.value.field == "query_text"
+    found = services.search.search(dataclasses.replace(req, keep_query_end=True))
+    assert found.hits and asked.endswith(found.query_text)
+    assert found.query_cut == len(asked) - len(found.query_text) > 0
+    assert len(found.query_text) <= 4096 and found.query_text[0] not in " ,"
+    assert asked[-len(found.query_text) - 1] == " "  # cut at a word's start
+    if mode is not SearchMode.KEYWORD:  # it fits the model, and nearly fills it
+        info = services.embedder.info
+        limit = info.max_tokens - info.special_tokens
+        (n,) = services.embedder.count_tokens([(info.query_instruction or "") + found.query_text])
+        assert limit - 20 <= n <= limit
+    short = services.search.search(
+        dataclasses.replace(req, query_text="hiking", keep_query_end=True)
+    )
+    assert (short.query_text, short.query_cut) == ("hiking", 0)
+
+
 def test_many_identical_texts_are_skipped_in_few_reads(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:

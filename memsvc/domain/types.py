@@ -157,6 +157,8 @@ class SearchRequest:
     order: SearchOrder = SearchOrder.RELEVANCE
     # Say why each hit ranks where it does (Hit.explanation).
     explain: bool = False
+    # Cut a query over the limits to its end instead of refusing it.
+    keep_query_end: bool = False
 
 
 @dataclass(frozen=True)
@@ -191,3 +193,5 @@ class SearchResult:
     hits: list[Hit]
     # Standing instructions and preferences that apply to the query (never among `hits`).
     standing: list[Hit] = field(default_factory=list)
+    query_text: str = ""  # the query searched (its end, with keep_query_end)
+    query_cut: int = 0  # characters of the request's query left out

@@ -160,11 +160,39 @@ class SearchService:
                     f" the model reads at most {limit}",
                 )
 
+    def _query_end(self, text: str, mode: SearchMode) -> str:
+        """The end of `text` within MAX_QUERY_CHARS and (unless keyword-only) the model's
+        tokens, with the query instruction: the longest such end, found by halving."""
+        end = _end_of(text, MAX_QUERY_CHARS)
+        if mode is SearchMode.KEYWORD:
+            return end
+        info = self.embedder.info
+        prefix = info.query_instruction or ""
+        limit = info.max_tokens - info.special_tokens
+
+        def fits(n: int) -> bool:
+            tail = _end_of(end, n)
+            return (
+                len(prefix + tail) <= limit
+                or self.embedder.count_tokens([prefix + tail])[0] <= limit
+            )
+
+        if fits(len(end)):
+            return end
+        low, high = 0, len(end)  # fits(low), not fits(high)
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if fits(middle) else (low, middle)
+        return _end_of(end, low)
+
     # -- EmbedDb --------------------------------------------------------------------------
     def search(self, req: SearchRequest, access: Access = FULL) -> SearchResult:
+        mode = req.mode or self.tuning.default_mode
+        asked = req.query_text
+        if req.keep_query_end:
+            req = replace(req, query_text=self._query_end(asked, mode))
         _check_query(req.query_text, "query_text")
         scope = self._scope(req, access)
-        mode = req.mode or self.tuning.default_mode
         if mode is not SearchMode.KEYWORD:
             self._check_tokens([req.query_text], ["query_text"], is_query=True)
         if req.top_k < 0 or req.top_k > MAX_TOP_K:
@@ -254,7 +282,8 @@ class SearchService:
         if req.explain:
             hits = _explained(hits, req.query_text, dense, keyword)
             standing_hits = _explained(standing_hits, req.query_text, rules, [])
-        return SearchResult(mode, top_k, hits, standing_hits)
+        cut = len(asked) - len(req.query_text)
+        return SearchResult(mode, top_k, hits, standing_hits, req.query_text, cut)
 
     def _narrows(self) -> bool:
         """Whether late window hits under a turn budget give their nearest turns
@@ -381,6 +410,16 @@ def _hit(
 
 def _scored(candidates: Sequence[Candidate]) -> list[Scored]:
     return [(c.chunk_id, c.score) for c in candidates]
+
+
+def _end_of(text: str, n: int) -> str:
+    """The last `n` characters of `text` or fewer: from a word's start where one begins
+    within 32 characters of the cut (text without spaces, Chinese, is cut anywhere)."""
+    if len(text) <= n:
+        return text
+    tail = text[len(text) - n :]
+    space = next((i for i, ch in enumerate(tail[:32]) if ch.isspace()), None)
+    return tail if space is None else tail[space:].lstrip()
 
 
 def _check_query(text: str, field: str) -> None:

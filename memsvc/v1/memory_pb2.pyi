@@ -268,7 +268,7 @@ class SearchFilters(_message.Message):
     def __init__(self, conversation_ids: _Optional[_Iterable[str]] = ..., participants: _Optional[_Iterable[str]] = ..., speakers: _Optional[_Iterable[str]] = ..., timestamp_range: _Optional[_Union[TimestampRange, _Mapping]] = ..., intent_tag: _Optional[str] = ..., include_deleted: _Optional[bool] = ..., chunk_version: _Optional[int] = ...) -> None: ...
 
 class EmbedDbRequest(_message.Message):
-    __slots__ = ("query_text", "top_k", "filters", "mode", "mmr_lambda", "turn_budget", "exclude_standing", "order", "explain")
+    __slots__ = ("query_text", "top_k", "filters", "mode", "mmr_lambda", "turn_budget", "exclude_standing", "order", "explain", "keep_query_end")
     QUERY_TEXT_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     FILTERS_FIELD_NUMBER: _ClassVar[int]
@@ -278,6 +278,7 @@ class EmbedDbRequest(_message.Message):
     EXCLUDE_STANDING_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
     EXPLAIN_FIELD_NUMBER: _ClassVar[int]
+    KEEP_QUERY_END_FIELD_NUMBER: _ClassVar[int]
     query_text: str
     top_k: int
     filters: SearchFilters
@@ -287,7 +288,8 @@ class EmbedDbRequest(_message.Message):
     exclude_standing: bool
     order: SearchOrder
     explain: bool
-    def __init__(self, query_text: _Optional[str] = ..., top_k: _Optional[int] = ..., filters: _Optional[_Union[SearchFilters, _Mapping]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., mmr_lambda: _Optional[float] = ..., turn_budget: _Optional[int] = ..., exclude_standing: _Optional[bool] = ..., order: _Optional[_Union[SearchOrder, str]] = ..., explain: _Optional[bool] = ...) -> None: ...
+    keep_query_end: bool
+    def __init__(self, query_text: _Optional[str] = ..., top_k: _Optional[int] = ..., filters: _Optional[_Union[SearchFilters, _Mapping]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., mmr_lambda: _Optional[float] = ..., turn_budget: _Optional[int] = ..., exclude_standing: _Optional[bool] = ..., order: _Optional[_Union[SearchOrder, str]] = ..., explain: _Optional[bool] = ..., keep_query_end: _Optional[bool] = ...) -> None: ...
 
 class HitExplanation(_message.Message):
     __slots__ = ("dense_rank", "dense_score", "keyword_rank", "keyword_score", "fused_score", "matched_terms")
@@ -322,18 +324,20 @@ class Hit(_message.Message):
     def __init__(self, chunk_id: _Optional[str] = ..., score: _Optional[float] = ..., text: _Optional[str] = ..., metadata: _Optional[_Union[ChunkMetadata, _Mapping]] = ..., explanation: _Optional[_Union[HitExplanation, _Mapping]] = ..., turns: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class EmbedDbResponse(_message.Message):
-    __slots__ = ("query_text", "top_k", "hits", "mode", "standing")
+    __slots__ = ("query_text", "top_k", "hits", "mode", "standing", "query_cut")
     QUERY_TEXT_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     HITS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     STANDING_FIELD_NUMBER: _ClassVar[int]
+    QUERY_CUT_FIELD_NUMBER: _ClassVar[int]
     query_text: str
     top_k: int
     hits: _containers.RepeatedCompositeFieldContainer[Hit]
     mode: SearchMode
     standing: _containers.RepeatedCompositeFieldContainer[Hit]
-    def __init__(self, query_text: _Optional[str] = ..., top_k: _Optional[int] = ..., hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., standing: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ...) -> None: ...
+    query_cut: int
+    def __init__(self, query_text: _Optional[str] = ..., top_k: _Optional[int] = ..., hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., standing: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., query_cut: _Optional[int] = ...) -> None: ...
 
 class ListChunksRequest(_message.Message):
     __slots__ = ("conversation_id", "include_deleted", "page_size", "page_token", "chunk_version")

@@ -147,8 +147,9 @@ class AsyncMemoryClient:
         top_k: int = 0,
         mode: str | None = None,
         speakers: Sequence[str] = (),
+        keep_query_end: bool = False,
     ) -> list[pb.Hit]:
-        request = search_request(query, conversation_ids, top_k, mode, speakers)
+        request = search_request(query, conversation_ids, top_k, mode, speakers, keep_query_end)
         reply: pb.EmbedDbResponse = await self.call("EmbedDb", request)
         return list(reply.hits)
 

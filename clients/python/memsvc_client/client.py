@@ -101,12 +101,16 @@ def search_request(
     top_k: int,
     mode: str | None,
     speakers: Sequence[str],
+    keep_query_end: bool = False,
 ) -> pb.EmbedDbRequest:
+    """`keep_query_end`: a query over the server's limits (4,096 characters, the model's
+    tokens) is cut to its end instead of refused (EmbedDbRequest.keep_query_end)."""
     return pb.EmbedDbRequest(
         query_text=query,
         top_k=top_k,
         mode=MODES[mode] if mode else pb.SEARCH_MODE_UNSPECIFIED,
         filters=pb.SearchFilters(conversation_ids=list(conversation_ids), speakers=list(speakers)),
+        keep_query_end=keep_query_end,
     )
 
 
@@ -321,8 +325,9 @@ class MemoryClient:
         top_k: int = 0,
         mode: str | None = None,
         speakers: Sequence[str] = (),
+        keep_query_end: bool = False,
     ) -> list[pb.Hit]:
-        request = search_request(query, conversation_ids, top_k, mode, speakers)
+        request = search_request(query, conversation_ids, top_k, mode, speakers, keep_query_end)
         reply: pb.EmbedDbResponse = self.call("EmbedDb", request)
         return list(reply.hits)
 

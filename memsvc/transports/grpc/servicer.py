@@ -215,11 +215,13 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
                 standing=not request.exclude_standing,
                 order=ORDERS[request.order],
                 explain=request.explain,
+                keep_query_end=request.keep_query_end,
             ),
             current_access(),
         )
         return pb.EmbedDbResponse(
-            query_text=request.query_text,
+            query_text=found.query_text,
+            query_cut=found.query_cut,
             top_k=found.top_k,
             mode=MODES_PB[found.mode],
             hits=[hit_to_pb(h) for h in found.hits],

@@ -256,7 +256,7 @@ class MemsvcMemoryService(BaseMemoryService):
         self, *, app_name: str, user_id: str, query: str
     ) -> SearchMemoryResponse:
         request = search_request(
-            query, [self._conversation(app_name, user_id)], self.top_k, None, ()
+            query, [self._conversation(app_name, user_id)], self.top_k, None, (), True
         )
         request.explain = self.min_similarity is not None  # matched words, cosine per hit
         try:

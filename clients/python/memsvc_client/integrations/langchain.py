@@ -208,7 +208,7 @@ class MemsvcRetriever(BaseRetriever):
     ) -> list[Document]:
         if self.client is None:
             raise RuntimeError("this retriever has an async client only: use ainvoke")
-        hits = self.client.search(query, **self._filters(kwargs))
+        hits = self.client.search(query, keep_query_end=True, **self._filters(kwargs))
         return [to_document(h) for h in hits]
 
     async def _aget_relevant_documents(
@@ -216,7 +216,7 @@ class MemsvcRetriever(BaseRetriever):
     ) -> list[Document]:
         if self.async_client is None:
             return await super()._aget_relevant_documents(query, run_manager=run_manager, **kwargs)
-        hits = await self.async_client.search(query, **self._filters(kwargs))
+        hits = await self.async_client.search(query, keep_query_end=True, **self._filters(kwargs))
         return [to_document(h) for h in hits]
 
     def _filters(self, call: dict[str, Any]) -> dict[str, Any]:

@@ -144,7 +144,9 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
         query = query or " ".join(text_of(m) for m in context)
         if not query.strip():
             return ""
-        request = search_request(query, [self._conversation(session_id)], self.top_k, None, ())
+        request = search_request(
+            query, [self._conversation(session_id)], self.top_k, None, (), keep_query_end=True
+        )
         try:
             reply: pb.EmbedDbResponse = await self._memory.call("EmbedDb", request)
         except MemsvcError as exc:
