@@ -182,8 +182,12 @@ test-clients-go: $(VENV)/.dev
 bench-ingest: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/locomo_ingest.py $(ARGS)
 
+# LoCoMo dev (chat and fact-shaped) and BEAM dev, MiniLM in process and behind Infinity,
+# then multilingual-e5-small; then MemoryBank dev, Chinese and English, for both models.
 bench-recall: $(VENV)/.dev $(INFINITY_VENV)/.done
 	PYTHONPATH=. $(PY) benchmarks/recall.py --remote $(ARGS)
+	PYTHONPATH=. $(PY) benchmarks/recall.py --model e5 $(ARGS)
+	PYTHONPATH=. $(PY) benchmarks/memorybank.py
 
 # MemsvcSession's pop_item and clear_session against the SDK's SQLiteSession (client venv).
 bench-session: $(VENV)/.dev $(CLIENT_VENV)/.installed

@@ -53,6 +53,17 @@ BUDGETS = (10, 20)
 System = Callable[[memorybank.History, memorybank.Question, int], set[int]]
 
 
+def query_embedding_ms(embedder: object, histories: Sequence[memorybank.History]) -> float:
+    """The median time to embed one question (each question once, in this process)."""
+    times = []
+    for h in histories:
+        for q in h.questions:
+            began = time.perf_counter()
+            embedder.encode_queries([q.question])  # type: ignore[attr-defined]
+            times.append((time.perf_counter() - began) * 1000)
+    return statistics.median(times)
+
+
 def exchange_text(h: memorybank.History, k: int) -> str:
     u, a = h.exchanges[k]
     return f"{h.events[u].text}\n{h.events[a].text}"
@@ -150,6 +161,7 @@ def main() -> None:
                 for h in [*zh, *en]:
                     ingest(stub, h.events, 50)
                 ingest_s = time.perf_counter() - started
+                query_ms = query_embedding_ms(embedder, [*zh, *en])
                 rows: dict[str, System] = {
                     "naive (exchange)": naive(embedder),
                     "keyword (BM25)": keyword(),
@@ -158,8 +170,10 @@ def main() -> None:
                 for mode in args.modes.split(","):
                     latency[mode] = []
                     rows[f"memsvc {mode}"] = memsvc(stub, MODES[mode], latency[mode])
+                turns = sum(len(h.events) for h in [*zh, *en])
                 print(
-                    f"\n## {model}: ingest {ingest_s:.1f} s ({sum(len(h.events) for h in [*zh, *en])} turns)\n"
+                    f"\n## {model} ({getattr(embedder, 'runtime_label', '?')}): ingest"
+                    f" {ingest_s:.1f} s ({turns} turns), query embedding p50 {query_ms:.1f} ms\n"
                 )
                 print("| system | " + " | ".join(columns) + " | p50 ms |")
                 print("|---|" + "---|" * (len(columns) + 1))

@@ -1,11 +1,15 @@
 """Evidence recall within a turn budget, per conversation shape, beside a naive baseline.
 
-    python benchmarks/recall.py [--shapes locomo,beam] [--eval FILE] [--beam DIR]
+    python benchmarks/recall.py [--shapes locomo,facts,beam] [--eval FILE] [--beam DIR]
                                 [--modes dense,keyword,hybrid] [--chats 1-10] [--remote]
+                                [--model minilm|e5]
 
-Two shapes of conversation:
+Three shapes of conversation:
 - locomo: LoCoMo dev (`--eval`, default ../shared/eval/locomo-dev.json): short chat turns
   between two people; categories 1-4 (multi-hop, temporal, open-domain, single-hop).
+- facts: the same samples' session observations, one fact a turn (evals.locomo.
+  load_facts): turns that are independent facts, where windows of several turns could
+  dilute each one and search must still find what one vector per turn finds.
 - beam: BEAM 100K chats (`--beam`, default data/beam/chats/100K; fetch the repository
   mohammadtavakoli78/BEAM into a git-ignored folder, its data has no license to commit):
   long agent turns (code, logs, standing instructions). Chats 1-10 are the dev split;
@@ -15,14 +19,14 @@ Two shapes of conversation:
 Each conversation is ingested through BuildIncrementalChunks + UpsertVectorRecords into a
 `memsvc serve` child (MEMSVC_OVERSIZE=truncate: BEAM holds a 349,000-character turn). For
 every question with evidence turns, each system returns turns within a budget of 10 and
-of 20 turns, and recall = evidence turns returned / evidence turns:
+of 5, 10 and 20 turns, and recall = evidence turns returned / evidence turns:
 - naive: one vector per turn (its first 512 tokens, the model's limit) with the same
-  bundled model, in this process; the top 10 / 20 turns by cosine;
-- memsvc in each mode: EmbedDb with `turn_budget` 10 / 20 (the turns of the standing
+  bundled model, in this process; the top 5 / 10 / 20 turns by cosine;
+- memsvc in each mode: EmbedDb with `turn_budget` 5 / 10 / 20 (the turns of the standing
   instructions and of the hits, each turn counted once).
 LoCoMo also reports recall@10 hits (top_k 10, no budget), the figure `make eval` floors.
 
-With `--remote` (`make bench-recall` passes it), the same model also runs behind Infinity
+With `--remote` (`make bench-recall` passes it), the same model (MiniLM) also runs behind Infinity
 (.venv-infinity, an OpenAI-compatible server) for a second memsvc, and the table gains its
 rows: the remote path returns one vector per text, so a long turn's head and gist and the
 pooled turn vectors are not the token-level ones (docs/embedders.md). Also printed: the
@@ -49,6 +53,7 @@ from _common import DEFAULT_EVAL, ROOT, ingest, machine, percentile
 from evals import beam, locomo
 from memsvc.config import Settings
 from memsvc.domain.types import MemoryEvent
+from memsvc.embedding.e5 import E5_MODEL_NAME
 from memsvc.embedding.loading import load_local_embedder
 from memsvc.embedding.model import BUNDLED_MODEL_NAME
 from memsvc.v1 import memory_pb2 as pb
@@ -61,8 +66,9 @@ MODES = {
     "keyword": pb.SEARCH_MODE_KEYWORD,
     "hybrid": pb.SEARCH_MODE_HYBRID,
 }
-BUDGETS = (10, 20)
+BUDGETS = (5, 10, 20)
 DEFAULT_BEAM = ROOT / "data" / "beam" / "chats" / "100K"
+MODELS = {"minilm": BUNDLED_MODEL_NAME, "e5": E5_MODEL_NAME}
 
 
 @dataclass(frozen=True)
@@ -81,18 +87,25 @@ class Conversation:
 
 
 def locomo_shape(path: Path) -> list[Conversation]:
+    return [
+        Conversation(c.conversation_id, c.events, locomo_shape_questions(c))
+        for c in locomo.load_locomo(path)
+    ]
+
+
+def facts_shape(path: Path) -> list[Conversation]:
+    return [
+        Conversation(c.conversation_id, c.events, locomo_shape_questions(c))
+        for c in locomo.load_facts(path)
+    ]
+
+
+def locomo_shape_questions(c: locomo.Conversation) -> list[Question]:
     names = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
     return [
-        Conversation(
-            c.conversation_id,
-            c.events,
-            [
-                Question(q.question, "all", names[q.category], q.evidence)
-                for q in c.questions
-                if q.category in names and q.evidence
-            ],
-        )
-        for c in locomo.load_locomo(path)
+        Question(q.question, "all", names[q.category], q.evidence)
+        for q in c.questions
+        if q.category in names and q.evidence
     ]
 
 
@@ -193,7 +206,8 @@ def chats_arg(text: str) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default="locomo,beam")
+    parser.add_argument("--shapes", default="locomo,facts,beam")
+    parser.add_argument("--model", choices=sorted(MODELS), default="minilm")
     parser.add_argument("--eval", type=Path, default=DEFAULT_EVAL)
     parser.add_argument("--beam", type=Path, default=DEFAULT_BEAM)
     parser.add_argument("--chats", type=chats_arg, default=list(beam.DEV_CHATS))
@@ -204,14 +218,16 @@ def main() -> None:
         "--remote", action="store_true", help="also through Infinity (make infinity-venv)"
     )
     args = parser.parse_args()
+    if args.remote and args.model != "minilm":
+        parser.error("--remote runs MiniLM behind Infinity: beside --model minilm only")
     if set(args.chats) - set(beam.DEV_CHATS) and not args.held_out:
         parser.error("BEAM chats beyond 1-10 are held out: pass --held-out for a final measurement")
     shapes: dict[str, list[Conversation]] = {}
     for shape in args.shapes.split(","):
-        if shape == "locomo":
+        if shape in ("locomo", "facts"):
             if not args.eval.is_file():
                 parser.error(f"{args.eval} not found (LoCoMo dev: --eval FILE)")
-            shapes[shape] = locomo_shape(args.eval)
+            shapes[shape] = (locomo_shape if shape == "locomo" else facts_shape)(args.eval)
         elif shape == "beam":
             if not args.beam.is_dir():
                 parser.error(
@@ -220,14 +236,17 @@ def main() -> None:
                 )
             shapes[shape] = beam_shape(args.beam, args.chats)
         else:
-            parser.error(f"unknown shape {shape!r} (locomo, beam)")
+            parser.error(f"unknown shape {shape!r} (locomo, facts, beam)")
+    model_name = MODELS[args.model]
     with tempfile.TemporaryDirectory() as tmp:
         embedder = load_local_embedder(
-            Settings(embed_model=BUNDLED_MODEL_NAME, data_dir=Path(tmp) / "naive")
+            Settings(embed_model=model_name, data_dir=Path(tmp) / "naive")
         )
         os.environ["MEMSVC_OVERSIZE"] = "truncate"
         with contextlib.ExitStack() as servers:
-            stub, _pid = servers.enter_context(running_server(Path(tmp) / "server"))
+            stub, _pid = servers.enter_context(
+                running_server(Path(tmp) / "server", env={"MEMSVC_EMBED_MODEL": model_name})
+            )
             remote = None
             if args.remote:
                 model = bundled_model_dir()
@@ -246,7 +265,7 @@ def main() -> None:
                 )
             print(f"# Recall within a turn budget, {date.today()}, {machine()}")
             print(
-                f"# model {BUNDLED_MODEL_NAME}; memsvc ingest in calls of {args.batch_turns} turns"
+                f"# model {model_name}; memsvc ingest in calls of {args.batch_turns} turns"
                 + ("; remote: the same model behind Infinity" if remote else "")
             )
             for shape, convs in shapes.items():
@@ -290,13 +309,11 @@ def report_shape(
         key=["main", "all", "standing", "ordering"].index,
     )
     cats = sorted({q.category for c in convs for q in c.questions})
-    print("\nrecall within 10 / 20 turns\n")
+    print("\nrecall within 5 / 10 / 20 turns\n")
     print("| system | " + " | ".join(groups) + " | p50 ms |")
     print("|---|" + "---|" * (len(groups) + 1))
     for name, by in rows.items():
-        cells = [
-            f"{statistics.mean(by[g][10]):.3f} / {statistics.mean(by[g][20]):.3f}" for g in groups
-        ]
+        cells = [" / ".join(f"{statistics.mean(by[g][b]):.3f}" for b in BUDGETS) for g in groups]
         lat = latency.get(name.removeprefix("memsvc "))
         p50 = f"{percentile(lat, 50):.1f}" if lat else "-"
         print(f"| {name} | " + " | ".join(cells) + f" | {p50} |")

@@ -77,3 +77,48 @@ def _conversation(sample: dict[str, Any]) -> Conversation:
         )
         questions.append(Question(str(qa["question"]), int(qa["category"]), evidence))
     return Conversation(cid, events, questions)
+
+
+def load_facts(path: Path) -> list[Conversation]:
+    """Fact-shaped conversations: each of a sample's session observations (LoCoMo's
+    per-session facts, each with the dialogue turn it came from) as one turn of its own,
+    said by the person it is about, in session order. A question's evidence is the fact
+    turns of its evidence dialogue turns (questions with none are dropped): turns that
+    are independent facts, as a memory archive holds them."""
+    data: list[dict[str, Any]] = json.loads(Path(path).read_text())
+    return [_facts(sample) for sample in data]
+
+
+def _facts(sample: dict[str, Any]) -> Conversation:
+    conv, observed = sample["conversation"], sample.get("observation", {})
+    cid = f"{sample['sample_id']}-facts"
+    a, b = conv["speaker_a"], conv["speaker_b"]
+    events: list[MemoryEvent] = []
+    from_dialogue: dict[str, list[int]] = {}
+    numbers = sorted(int(k.split("_")[1]) for k in observed if k.endswith("_observation"))
+    for number in numbers:
+        start = _session_time(conv[f"session_{number}_date_time"])
+        for person, facts in observed[f"session_{number}_observation"].items():
+            for fact, dia in facts:
+                turn_id = len(events)
+                for d in [dia] if isinstance(dia, str) else dia:
+                    from_dialogue.setdefault(d.strip(), []).append(turn_id)
+                events.append(
+                    MemoryEvent(
+                        conversation_id=cid,
+                        turn_id=turn_id,
+                        speaker="user" if person == a else "assistant",
+                        text=str(fact),
+                        timestamp=(start + timedelta(minutes=turn_id)).isoformat(),
+                        participants=(a, b),
+                        speaker_name=person,
+                    )
+                )
+    questions = []
+    for qa in sample.get("qa", []):
+        evidence = tuple(
+            t for d in qa.get("evidence", []) for t in from_dialogue.get(d.strip(), [])
+        )
+        if evidence:
+            questions.append(Question(str(qa["question"]), int(qa["category"]), evidence))
+    return Conversation(cid, events, questions)
