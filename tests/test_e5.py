@@ -21,6 +21,7 @@ from memsvc.domain.types import SearchMode, SearchRequest
 from memsvc.embedding.e5 import E5_MODEL_NAME, E5Embedder
 from memsvc.embedding.model import BUNDLED_MODEL_NAME
 from memsvc.embedding.providers import load_embedder
+from memsvc.services.fusion import UNRELATED_TEXTS, unrelated_similarity
 from tests.conftest import conversation, make_settings
 from tests.support.launch import free_port
 
@@ -155,3 +156,13 @@ def test_the_remote_path_gives_e5_its_roles_as_the_local_model_does(
         settings.model_copy(update={"embed_input_type": False, "passage_instruction": ""})
     )
     assert float(blind.encode_passages(texts[:1])[0] @ e5.encode_passages(texts[:1])[0]) < 0.999
+
+
+def test_the_unrelated_floor_is_the_models_own(e5: E5Embedder, embedder: object) -> None:
+    """Score fusion counts dense scores above the model's cosine of unrelated texts."""
+    texts = list(UNRELATED_TEXTS)
+    floors = [
+        unrelated_similarity(m.encode_queries(texts), m.probe(texts))  # type: ignore[attr-defined]
+        for m in (e5, embedder)
+    ]
+    assert floors[0] > 0.6 and floors[1] < 0.2, floors

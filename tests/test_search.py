@@ -58,6 +58,20 @@ def test_score_fusion_scales_each_list_by_its_best() -> None:
     ]
 
 
+def test_score_fusion_counts_dense_scores_above_the_models_unrelated_floor() -> None:
+    """multilingual-e5-small scores everything 0.7-0.9: scaled by the best alone, its
+    first and its twentieth candidate were 1.0 and 0.9, and keyword scores decided hybrid
+    ranking alone (LoCoMo dev hybrid below MiniLM's although its dense list was better)."""
+    dense = [("a", 0.88), ("b", 0.78)]
+    keyword = [("b", 10.0), ("a", 6.0)]
+    assert score_fuse([dense, keyword], [1.0, 1.0])[0][0] == "b"  # keyword decides
+    fused = dict(score_fuse([dense, keyword], [1.0, 1.0], [0.74, 0.0]))
+    assert fused == pytest.approx({"a": (1.0 + 0.6) / 2, "b": (0.04 / 0.14 + 1.0) / 2})
+    assert max(fused, key=fused.__getitem__) == "a"
+    # at or below the floor a dense candidate adds nothing
+    assert dict(score_fuse([[("x", 0.7), ("y", 0.9)]], [1.0], [0.74])) == {"y": 1.0, "x": 0.0}
+
+
 def test_dedup_keeps_best_of_identical_texts() -> None:
     a, a2, b = (chunk(i, t, [1, 0]) for i, t in enumerate(["same", "same", "other"]))
     records = {c.record.chunk_id: c for c in (a, a2, b)}

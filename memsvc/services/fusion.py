@@ -13,18 +13,47 @@ from memsvc.domain.records import Scored, StoredChunk
 RRF_K = 60
 
 
-def score_fuse(lists: Sequence[Sequence[Scored]], weights: Sequence[float]) -> list[Scored]:
-    """Weighted sum of each list's scores scaled by that list's best score (a list whose
-    best score is not positive adds nothing), over the sum of the weights: best in every
-    list scores 1.0. Unlike ranks, scores keep how far apart candidates are: a clear
-    winner in one list is not pulled level with the runner-up (LoCoMo dev figures:
-    benchmarks/archive/2026-11-25.md)."""
+# Texts with nothing in common, in several languages and scripts: a model's cosine between
+# them is what "unrelated" scores on it, about 0.05 on all-MiniLM-L6-v2 and 0.74 on
+# multilingual-e5-small, whose cosines all lie high.
+UNRELATED_TEXTS = (
+    "where did I put my passport before the trip?",
+    "The quarterly budget review moved to Thursday.",
+    "我喜欢在周末画日落。",
+    "Our cat knocked the plant off the windowsill again.",
+    "私の名前は太郎です",
+    "Install the package with pip and restart the server.",
+    "Меня зовут Алексей, я живу в Казани.",
+    "She ran her first marathon in under four hours.",
+)
+
+
+def unrelated_similarity(queries: np.ndarray, passages: np.ndarray) -> float:
+    """The median cosine of each UNRELATED_TEXTS query with the other texts' passages."""
+    scores = np.asarray(queries, dtype=np.float32) @ np.asarray(passages, dtype=np.float32).T
+    return float(np.median(scores[~np.eye(len(scores), dtype=bool)]))
+
+
+def score_fuse(
+    lists: Sequence[Sequence[Scored]],
+    weights: Sequence[float],
+    floors: Sequence[float] | None = None,
+) -> list[Scored]:
+    """Weighted sum of each list's scores above its floor (the dense list's: the model's
+    unrelated similarity), scaled by that list's best (a list whose best is not above its
+    floor adds nothing), over the sum of the weights: best in every list scores 1.0.
+    Unlike ranks, scores keep how far apart candidates are: a clear winner in one list is
+    not pulled level with the runner-up (LoCoMo dev figures: benchmarks/archive/
+    2026-11-25.md). Without the floor, a model whose cosines lie between 0.7 and 0.9
+    (multilingual-e5-small) scales every dense candidate to 0.8-1.0, and keyword scores
+    decide alone (benchmarks/archive/2026-12-03.md)."""
     total = sum(weights) or 1.0
     scores: dict[str, float] = {}
-    for ranked, weight in zip(lists, weights, strict=True):
-        best = max((s for _, s in ranked), default=0.0)
+    for i, (ranked, weight) in enumerate(zip(lists, weights, strict=True)):
+        floor = floors[i] if floors else 0.0
+        best = max((s for _, s in ranked), default=0.0) - floor
         for cid, s in ranked:
-            gain = weight * s / best if best > 0 else 0.0
+            gain = weight * max(0.0, s - floor) / best if best > 0 else 0.0
             scores[cid] = scores.get(cid, 0.0) + gain
     order = sorted(scores, key=lambda cid: (-scores[cid], cid))
     return [(cid, scores[cid] / total) for cid in order]

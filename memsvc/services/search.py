@@ -47,7 +47,14 @@ from memsvc.domain.types import (
 )
 from memsvc.observability.metrics import stage
 from memsvc.ports import ChunkStore, Embedder, EventLog, PartPooling, QueryEncoder, SearchScope
-from memsvc.services.fusion import dedup_text, mmr_select, rrf_fuse, score_fuse
+from memsvc.services.fusion import (
+    UNRELATED_TEXTS,
+    dedup_text,
+    mmr_select,
+    rrf_fuse,
+    score_fuse,
+    unrelated_similarity,
+)
 from memsvc.services.narrowing import Narrowing
 from memsvc.services.recent_records import RecentRecords
 from memsvc.services.selection import Coverage, HitSelector, span_of, within
@@ -100,6 +107,17 @@ class SearchService:
         # a window has none, and asking for them would only read it again on each search.
         self._pools_parts = isinstance(embedder, PartPooling)
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="keyword")
+        self._unrelated_score: float | None = None
+
+    def _unrelated(self) -> float:
+        """The model's cosine of unrelated texts (memsvc.services.fusion), measured at the
+        first hybrid search: the floor of the dense list's scores in score fusion."""
+        if self._unrelated_score is None:
+            texts = list(UNRELATED_TEXTS)
+            self._unrelated_score = unrelated_similarity(
+                self.embedder.encode_queries(texts), self.embedder.probe(texts)
+            )
+        return self._unrelated_score
 
     def close(self) -> None:
         self.queries.close()
@@ -236,12 +254,13 @@ class SearchService:
             )
             dense, rules, vector = self._dense(req.query_text, scope, pool, standing=standing)
             keyword = keyword_future.result()
-            fuse = score_fuse if self.tuning.fusion is Fusion.SCORE else rrf_fuse
+            weights = [self.tuning.dense_weight, self.tuning.keyword_weight]
             with stage("search", "fuse"):
-                ranked = fuse(
-                    [_scored(dense), _scored(keyword)],
-                    [self.tuning.dense_weight, self.tuning.keyword_weight],
-                )
+                if self.tuning.fusion is Fusion.SCORE:
+                    floors = [self._unrelated(), 0.0]
+                    ranked = score_fuse([_scored(dense), _scored(keyword)], weights, floors)
+                else:
+                    ranked = rrf_fuse([_scored(dense), _scored(keyword)], weights)
             candidates = dense + keyword
         else:
             # A single list without MMR or a budget has few candidates: read their whole
