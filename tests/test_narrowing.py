@@ -26,7 +26,7 @@ from memsvc.embedding.model import Embedder, bundled_model_path
 from memsvc.embedding.parts import pool_parts
 from memsvc.embedding.providers import load_embedder
 from memsvc.observability.metrics import REGISTRY
-from memsvc.services.narrowing import KEEP_TURNS, WHOLE_FIRST
+from memsvc.services.narrowing import KEEP_TURNS, WHOLE_FIRST, Narrowing
 from memsvc.services.vectors import line_starts, part_hashes
 from memsvc.storage.milvus import turn_lines
 from memsvc.storage.milvus.store import MilvusChunkStore
@@ -137,6 +137,18 @@ def test_an_embedders_parts_match_the_reference_and_its_vector_is_unchanged(
     assert float(vectors[0] @ embedder.encode_passages([text])[0]) > 0.9999
     assert parts[0] is not None and parts[1] is not None and parts[1].shape == (1, embedder.dim)
     assert float(np.min(np.sum(parts[0] * late_pooled(text, starts), axis=1))) > 0.999
+
+
+def test_a_first_hit_over_half_the_budget_is_narrowed_too() -> None:
+    """At 5 turns a first window of 4 left one turn for every other hit: fact-shaped
+    conversations (one fact a turn) found less than one vector per turn."""
+    query = np.ones(2, dtype=np.float32)
+    small, large = Narrowing(query, budget=5), Narrowing(query, budget=20)
+    assert small.applies(0, 10, 13) and not large.applies(0, 10, 13)  # 4 turns
+    assert large.applies(0, 0, 10) and not large.applies(0, 0, 9)  # 11 and 10 of 20
+    assert large.applies(WHOLE_FIRST, 10, 13)  # after the first hits, as before
+    assert not small.applies(0, 10, 11)  # two turns: what a narrowed hit keeps anyway
+    assert not Narrowing(query).applies(0, 0, 30)  # no budget: whole
 
 
 def test_a_cell_holds_the_vectors_in_half_precision() -> None:

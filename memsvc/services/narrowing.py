@@ -31,12 +31,18 @@ KEEP_TURNS = 2
 @dataclass(frozen=True)
 class Narrowing:
     query: np.ndarray
+    budget: int = 0  # the search's turn budget (0: none)
     whole_first: int = WHOLE_FIRST
     keep: int = KEEP_TURNS
 
     def applies(self, picked: int, first: int, last: int) -> bool:
-        """A hit picked after `picked` others, spanning turns first..last, is narrowed."""
-        return picked >= self.whole_first and self._wider(first, last)
+        """A hit picked after `picked` others, spanning turns first..last, is narrowed; so
+        is a first one that would take over half the budget, starving every later hit (at
+        5 turns, one window of 4: benchmarks/archive/2026-12-03.md)."""
+        if not self._wider(first, last):
+            return False
+        over_half = self.budget and (last - first + 1) * 2 > self.budget
+        return picked >= self.whole_first or bool(over_half)
 
     def reads_lines(self, stored: StoredChunk) -> bool:
         """Whether `stored` lacks turn lines it may have: a record kept from a read

@@ -290,7 +290,7 @@ class SearchService:
             known = {c.chunk_id: c.stored for c in candidates if c.stored is not None}
             narrowing = None
             if req.turn_budget and vector is not None and self._narrows():
-                narrowing = Narrowing(vector)
+                narrowing = Narrowing(vector, req.turn_budget)
             top, records, narrowed = self.selector.top(
                 ranked, top_k, known, audit, coverage, narrowing
             )
