@@ -249,6 +249,56 @@ class MemoryBlockTest(ServerTestCase):
         with self.assertRaisesRegex(ValueError, "memsvc refused the messages"):
             asyncio.run(put())
 
+    def test_similarity_top_k_is_the_number_of_hits(self) -> None:
+        # issue 83, item 8: VectorMemoryBlock's similarity_top_k was accepted and ignored
+        # (top_k stayed 5), so a block swapped in for it returned more than asked
+        # each put long enough to be a chunk of its own: three hits to choose from
+        facts = [
+            f"Locker {n} holds the {colour} rope. "
+            + " ".join(f"note {colour} {i}." for i in range(90))
+            for n, colour in enumerate("red blue green".split())
+        ]
+
+        async def run() -> tuple[int, str, str]:
+            block = self.block(conversation_id="li-topk", similarity_top_k=1)
+            # one message a put: each is a turn of its own window of the conversation
+            for fact in facts:
+                await block.aput([ChatMessage(role=MessageRole.USER, content=fact)])
+            found = await block.aget([ChatMessage(role=MessageRole.USER, content="rope locker")])
+            wide = self.block(conversation_id="li-topk", similarity_top_k=3)
+            three = await wide.aget([ChatMessage(role=MessageRole.USER, content="rope locker")])
+            for b in (block, wide):
+                await b.close()
+            return block.top_k, found, three
+
+        top_k, found, three = asyncio.run(run())
+        self.assertEqual(top_k, 1)
+        self.assertEqual(found.count("\n- "), 1, found)
+        self.assertGreater(three.count("\n- "), 1, three)
+
+    def test_a_chinese_context_line_stays_out_of_the_prompt(self) -> None:
+        # issue 83, item 8: only "[Context:" was stripped; a Chinese chunk's
+        # "[上下文：…]" line reached the prompt beside the block's own day and speakers
+        said = ["我的护照是2025年2月18日过期。", "好的，我记下了护照的日期。"]
+
+        async def run() -> str:
+            block = self.block(conversation_id="li-zh")
+            await block.aput(
+                [
+                    ChatMessage(role=MessageRole(role), content=text)
+                    for role, text in zip(("user", "assistant"), said, strict=True)
+                ]
+            )
+            found = await block.aget(
+                [ChatMessage(role=MessageRole.USER, content="护照什么时候过期")]
+            )
+            await block.close()
+            return found
+
+        found = asyncio.run(run())
+        self.assertIn("2025年2月18日", found)
+        self.assertNotIn("上下文", found)
+
 
 class ReadmeSnippetTest(ServerTestCase):
     def test_the_readme_snippet_runs(self) -> None:

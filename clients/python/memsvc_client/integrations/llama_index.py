@@ -25,10 +25,11 @@ How LlamaIndex's types map onto memsvc:
   default: the next `aget` finds them, as an in-memory block would); a message with no
   text and nothing else is not stored (as `VectorMemoryBlock`).
 - `aget` searches the conversation with the text of the last `retrieval_context_window`
-  messages (`top_k` hits, memsvc's default hybrid mode), and lists standing instructions
-  the server returns apart ("always answer in metric units") before the hits, through
-  `format_template` (as `VectorMemoryBlock`'s: `{{ text }}` by default); "" when nothing
-  is found.
+  messages (`top_k` hits, or VectorMemoryBlock's `similarity_top_k`; memsvc's default
+  hybrid mode), and lists standing instructions the server returns apart ("always answer
+  in metric units") before the hits, through `format_template` (as `VectorMemoryBlock`'s:
+  `{{ text }}` by default), each hit without the chunk's context line (English or
+  Chinese); "" when nothing is found.
 - `clear()` deletes the conversation's turns (they never come back); `purge()` erases their
   text (an admin token).
 """
@@ -41,7 +42,7 @@ import grpc
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.prompts import BasePromptTemplate, RichPromptTemplate
-from pydantic import Field, PrivateAttr
+from pydantic import AliasChoices, Field, PrivateAttr
 
 from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemsvcError, new_idempotency_key, search_request, written
@@ -104,7 +105,12 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
     conversation_id: str | None = Field(
         default=None, description="The conversation; None = the Memory's session_id."
     )
-    top_k: int = Field(default=5, description="Hits per retrieval.")
+    top_k: int = Field(
+        default=5,
+        # VectorMemoryBlock's name for it, so a block swapped in keeps its setting
+        validation_alias=AliasChoices("top_k", "similarity_top_k"),
+        description="Hits per retrieval (`similarity_top_k`, as VectorMemoryBlock's).",
+    )
     retrieval_context_window: int = Field(
         default=3, description="How many of the latest messages make the query."
     )
