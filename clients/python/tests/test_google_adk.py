@@ -97,7 +97,7 @@ class MemoryServiceTest(ServerTestCase):
             [t.speaker for t in turns], ["user", "assistant", "assistant", "system", "assistant"]
         )
         self.assertEqual(turns[1].speaker_name, "coach")
-        self.assertIn('lookup_locker {"gym": "Harbour Street"}', turns[2].text)
+        self.assertIn('called lookup_locker({"gym": "Harbour Street"})', turns[2].text)
         self.assertIn('"code": "4417"', turns[3].text)
         self.indexed("gym/ana")
 
@@ -371,3 +371,127 @@ class MemoryServiceTest(ServerTestCase):
         self.assertTrue(all(m.id in {e.id for e in events} for m in found))
         self.assertNotIn(events[0].id, after)
         self.assertEqual(left, [events[1].id, events[2].id])  # its neighbours stay
+
+    def test_every_kind_of_part_is_kept_and_read_as_text(self) -> None:
+        # issue 83, items 4 and 5: events of code, its result, an image or a file only were
+        # not stored (no text), and a function call's memory had no text part, so
+        # PreloadMemoryTool showed a bare "Time:" line in one of its top-k slots
+        def part_event(part: types.Part, author: str = "coach") -> Event:
+            return Event(author=author, content=types.Content(role="model", parts=[part]))
+
+        code = types.ExecutableCode(language=types.Language.PYTHON, code="print(212 * 2)")
+        result = types.CodeExecutionResult(outcome=types.Outcome.OUTCOME_OK, output="424")
+        image = types.Blob(mime_type="image/png", data=b"\x89PNG....", display_name="locker.png")
+        file = types.FileData(file_uri="gs://gym/plan.pdf", mime_type="application/pdf")
+        events = [
+            part_event(types.Part(executable_code=code)),
+            part_event(types.Part(code_execution_result=result)),
+            part_event(types.Part(inline_data=image), author="user"),
+            part_event(types.Part(file_data=file), author="user"),
+            called(),
+        ]
+
+        async def run() -> tuple[list[Event], list[MemoryEntry]]:
+            memory = self.service()
+            _, session = await session_with(events, "parts", "mo")
+            await memory.add_session_to_memory(session)
+            kept = await memory.events(app_name="parts", user_id="mo")
+            found = await memory.search_memory(
+                app_name="parts", user_id="mo", query="lookup_locker locker.png print 424 plan.pdf"
+            )
+            await memory.close()
+            return kept, found.memories
+
+        kept, memories = asyncio.run(run())
+        self.assertEqual(kept, events)  # exactly as added, every one
+        with MemoryClient(self.target, token=WRITER) as client:
+            texts = [t.text for t in client.export(conversation_of("parts", "mo"))]
+        self.assertEqual(
+            texts,
+            [
+                "ran python code:\nprint(212 * 2)",
+                "code result (outcome_ok): 424",
+                "[locker.png, image/png, 8 bytes]",
+                "[application/pdf, gs://gym/plan.pdf]",
+                'called lookup_locker({"gym": "Harbour Street"})',
+            ],
+        )
+        self.assertEqual({m.id for m in memories}, {e.id for e in events})
+        for entry in memories:  # the parts as added, then one saying them
+            added = next(e for e in events if e.id == entry.id)
+            assert entry.content.parts and added.content and added.content.parts
+            self.assertEqual(entry.content.parts[:-1], added.content.parts)
+            self.assertIn(entry.content.parts[-1].text, texts)
+
+    def test_add_memory_keeps_entries_once_and_finds_them(self) -> None:
+        # issue 83, item 8: ADK 2's Context.add_memory reached BaseMemoryService.add_memory,
+        # which raises NotImplementedError
+        entries = [
+            MemoryEntry(
+                content=types.Content(parts=[types.Part(text="Ana's locker code is 4417.")]),
+                author="coach",
+                timestamp="2026-11-30T09:15:00",
+            ),
+            MemoryEntry(
+                id="fact-2",
+                content=types.Content(parts=[types.Part(text="Ana climbs on Sundays.")]),
+            ),
+        ]
+
+        async def run() -> tuple[list[Event], list[MemoryEntry], list[str], list[str]]:
+            memory = self.service()
+            await memory.add_memory(app_name="facts", user_id="ana", memories=entries)
+            await memory.add_memory(app_name="facts", user_id="ana", memories=entries)  # again
+            kept = await memory.events(app_name="facts", user_id="ana")
+            turns = await memory._memory.export(conversation_of("facts", "ana"))
+            found = await memory.search_memory(app_name="facts", user_id="ana", query="locker code")
+            await memory.delete_memory(app_name="facts", user_id="ana", memory_id="fact-2")
+            left = [e.id for e in await memory.events(app_name="facts", user_id="ana")]
+            await memory.close()
+            return kept, found.memories, left, [t.speaker for t in turns]
+
+        kept, found, left, speakers = asyncio.run(run())
+        self.assertEqual([e.content for e in kept], [m.content for m in entries])
+        self.assertEqual(kept[1].id, "fact-2")
+        self.assertEqual(kept[0].author, "coach")
+        self.assertEqual(found[0].timestamp, "2026-11-30T09:15:00")
+        self.assertEqual(found[0].content, entries[0].content)
+        self.assertEqual(left, [kept[0].id])
+        self.assertEqual(speakers, ["assistant", "system"])  # no author: a system note
+
+    def test_an_add_reads_only_the_turns_written_since_it_last_read(self) -> None:
+        # issue 83, item 6: each add re-read the user's whole memory (1,250 ms at 3,000
+        # events); a service reads it once, then the turns after what it read, and still
+        # adds nothing twice when another process wrote in between
+        async def run() -> tuple[list[int], list[str]]:
+            memory, other = self.service(), self.service()
+            reads: list[int] = []
+            export = memory._memory.export
+
+            async def counted(conversation: str, **kw: object) -> list:
+                turns = await export(conversation, **kw)  # type: ignore[arg-type]
+                if not conversation.endswith("%deleted"):
+                    reads.append(len(turns))
+                return turns
+
+            memory._memory.export = counted  # type: ignore[method-assign]
+            sessions, session = await session_with(
+                [said("user", f"fact number {i}") for i in range(30)], "reads", "jo"
+            )
+            await other.add_session_to_memory(session)  # another process adds 30 events
+            await memory.add_session_to_memory(session)  # reads the 30 once, adds nothing
+            await sessions.append_event(session, said("coach", "noted"))
+            await other.add_session_to_memory(session)  # the other adds the 31st
+            await sessions.append_event(session, said("user", "one more fact"))
+            await memory.add_session_to_memory(session)  # the turn it read last, the 31st
+            await sessions.append_event(session, said("coach", "noted too"))
+            await memory.add_session_to_memory(session)  # after its own add: reads nothing
+            await memory.add_session_to_memory(session)  # nothing new: reads nothing
+            kept = [e.id for e in await other.events(app_name="reads", user_id="jo")]
+            await memory.close()
+            await other.close()
+            self.assertEqual(kept, [e.id for e in session.events])  # each once
+            return reads, kept
+
+        reads, _ = asyncio.run(run())
+        self.assertEqual(reads, [30, 2])  # the turn read last, and the one another wrote

@@ -14,8 +14,10 @@ How ADK's types map onto memsvc:
   Every session of that user goes into it, in the order added.
 - Each event with content is one turn: author "user" -> speaker "user"; an agent's event ->
   "assistant" with the agent's name as speaker_name; an event answering a function call ->
-  "system". The turn's text is what the event says (its text parts, a function call's name
-  and arguments, a function response); its timestamp is the event's. The event's JSON is the
+  "system". The turn's text is what the event says (`said_by`: its text parts; a function
+  call `called name({args})`, a response `name returned {...}`, code and its result, an
+  image or a file by name, type and size; every event with content is kept, as
+  InMemoryMemoryService keeps it); its timestamp is the event's. The event's JSON is the
   turn's `payload`, so `events()` gives the events back exactly. An event is kept whole (up
   to memsvc's 3,000,000-character payload) and searched by the head of its text
   (`max_text_chars`); an add memsvc refuses raises `RefusedEvents` (a ValueError naming the
@@ -26,7 +28,8 @@ How ADK's types map onto memsvc:
   session grows, and adds only events not yet kept (`add_events_to_memory` too). Processes
   adding at the same moment add each event once, whether they add the same events or one
   adds a longer slice of the session: each reads the user's last turn id, then what is
-  kept, and writes only onto that turn (memsvc's compare-and-append,
+  kept (the whole memory once per service, then only the turns added since: `_kept`),
+  and writes only onto that turn (memsvc's compare-and-append,
   `expected_last_turn`); one whose write another came before reads again and adds what is
   still missing.
 - `search_memory` returns nothing when nothing matches, as `InMemoryMemoryService` does: a
@@ -45,6 +48,10 @@ How ADK's types map onto memsvc:
   `InMemoryMemoryService` matches and ranks events; of a hit kept by similarity alone,
   all its events. At most `top_k` of them, each read back from memsvc exactly as
   added: its content, author and timestamp are the event's, its id the event's id.
+  A memory whose event has no text part (a function call or response, code, a file) gets
+  one saying it, after its own parts: `PreloadMemoryTool` shows text parts only.
+  `add_memory` (ADK 2's `Context.add_memory`) keeps each `MemoryEntry` as an event of its
+  content, author and time (`memory_event`), once however often it is added.
   `delete_memory(memory_id=...)` deletes that one event (its neighbours stay): it is never
   found or returned again, and adding the session again does not add it back, as with
   `InMemoryMemoryService`: the deleted ids are kept in a conversation of their own,
@@ -71,6 +78,7 @@ from google.genai import types
 from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemsvcError, search_request, written
 from memsvc_client.integrations._ids import joined_id
+from memsvc_client.integrations._kept import KeptIds
 from memsvc_client.v1 import memory_pb2 as pb
 
 if TYPE_CHECKING:
@@ -96,24 +104,55 @@ def conversation_of(app_name: str, user_id: str, prefix: str = "") -> str:
     return prefix + joined_id(app_name, user_id)
 
 
+def said_by(part: types.Part) -> str:
+    """What one part says, for search and for a memory's text: every kind of part says
+    something, so no event with content is left out (as InMemoryMemoryService keeps it)."""
+    if part.text:
+        return part.text
+    if part.function_call:
+        args = json.dumps(part.function_call.args or {}, ensure_ascii=False)
+        return f"called {part.function_call.name}({args})"
+    if part.function_response:
+        answer = json.dumps(part.function_response.response or {}, ensure_ascii=False)
+        return f"{part.function_response.name} returned {answer}"
+    if part.executable_code:
+        code = part.executable_code
+        language = code.language.value.lower() if code.language else "code"
+        return f"ran {language} code:\n{code.code or ''}"
+    if part.code_execution_result:
+        result = part.code_execution_result
+        outcome = result.outcome.value.lower() if result.outcome else "outcome unknown"
+        return f"code result ({outcome}): {result.output or ''}"
+    if part.inline_data:
+        blob = part.inline_data
+        size = f"{len(blob.data or b'')} bytes"
+        return "[" + ", ".join(x for x in (blob.display_name, blob.mime_type, size) if x) + "]"
+    if part.file_data:
+        file = part.file_data
+        return (
+            "["
+            + ", ".join(x for x in (file.display_name, file.mime_type, file.file_uri) if x)
+            + "]"
+        )
+    return ""
+
+
 def text_of(event: Event) -> str:
     """What the event says, for search."""
-    parts = []
-    for part in event.content.parts if event.content and event.content.parts else []:
-        if part.text:
-            parts.append(part.text)
-        if part.function_call:
-            args = json.dumps(part.function_call.args or {}, ensure_ascii=False)
-            parts.append(f"{part.function_call.name} {args}")
-        if part.function_response:
-            answer = json.dumps(part.function_response.response or {}, ensure_ascii=False)
-            parts.append(f"{part.function_response.name}: {answer}")
-    return "\n".join(p for p in parts if p.strip())
+    parts = event.content.parts if event.content and event.content.parts else []
+    return "\n".join(said for part in parts if (said := said_by(part)).strip())
 
 
 def to_turn(conversation_id: str, event: Event, max_text_chars: int) -> pb.MemoryEvent:
     responds = bool(event.get_function_responses())
-    speaker = "user" if event.author == "user" else "system" if responds else "assistant"
+    # an event answering a function call, or a memory added with no author: "system"
+    speaker = (
+        "user"
+        if event.author == "user"
+        else "system"
+        if responds or not event.author
+        else "assistant"
+    )
     when = datetime.fromtimestamp(event.timestamp, timezone.utc).isoformat()  # noqa: UP017 (3.10)
     return pb.MemoryEvent(
         conversation_id=conversation_id,
@@ -123,6 +162,23 @@ def to_turn(conversation_id: str, event: Event, max_text_chars: int) -> pb.Memor
         timestamp=when,
         payload=event.model_dump_json(exclude_none=True),
     )
+
+
+def memory_event(entry: MemoryEntry) -> Event:
+    """The event a memory added directly (`add_memory`) is kept as: its content, author and
+    time; its id the entry's, or one of what it says, so adding it again adds nothing."""
+    from google.adk.events.event import Event
+
+    try:
+        when = datetime.fromisoformat(entry.timestamp).timestamp() if entry.timestamp else None
+    except ValueError:  # a time ADK forwards to the model as written, not ISO 8601
+        when = None
+    said = entry.content.model_dump_json(exclude_none=True) + "\n" + (entry.author or "")
+    memory_id = entry.id or "memory-" + hashlib.sha256(said.encode()).hexdigest()[:32]
+    event = Event(id=memory_id, author=entry.author or "", content=entry.content)
+    if when is not None:
+        event.timestamp = when
+    return event
 
 
 def events_key(events: Sequence[Event], last_turn: int) -> str:
@@ -169,9 +225,15 @@ def covered(hit: pb.Hit) -> list[int]:
 
 
 def to_entry(hit: pb.Hit, turn: pb.MemoryEvent, event: Event) -> MemoryEntry:
+    content = event.content or types.Content(role="user", parts=[])
+    if not any(p.text for p in content.parts or []):
+        # PreloadMemoryTool shows text parts only: a function call, its response, code or a
+        # file gets its text as a part of its own, beside the parts as added
+        readable = types.Part(text=turn.text or text_of(event))
+        content = content.model_copy(update={"parts": [*(content.parts or []), readable]})
     return MemoryEntry(
         id=event.id,
-        content=event.content or types.Content(role="user", parts=[types.Part(text=turn.text)]),
+        content=content,
         author=event.author,
         timestamp=datetime.fromtimestamp(event.timestamp).isoformat(),  # as ADK's own entries
         custom_metadata={"score": hit.score, "chunk_id": hit.chunk_id, "turn_id": turn.turn_id},
@@ -201,6 +263,10 @@ class MemsvcMemoryService(BaseMemoryService):
         self.wait = wait
         self.max_text_chars = max_text_chars
         self._memory = AsyncMemoryClient(target, token=token, ca_file=ca_file)
+        # what each user's memory (and its deleted ids) holds, read as it grows
+        self._kept = KeptIds(
+            self._memory.last_turn, lambda c, turns: self._export(c, turns), event_id
+        )
 
     def _conversation(self, app_name: str, user_id: str) -> str:
         return conversation_of(app_name, user_id, self.prefix)
@@ -222,11 +288,10 @@ class MemsvcMemoryService(BaseMemoryService):
         conversation = self._conversation(app_name, user_id)
         for _ in range(ADD_ATTEMPTS):
             # the last turn first: a write that lands after it is read makes ours refused
-            last = await self._memory.last_turn(conversation)
-            live, deleted = await asyncio.gather(
-                self.events(app_name=app_name, user_id=user_id), self._deleted_ids(conversation)
+            (last, live), (_, deleted) = await asyncio.gather(
+                self._kept.of(conversation), self._kept.of(conversation + DELETED_SUFFIX)
             )
-            kept = {e.id for e in live} | deleted  # a deleted event is not added back
+            kept = live | deleted  # a deleted event is not added back
             new = [e for e in events if e.id not in kept and text_of(e)]
             if not new:
                 return
@@ -240,10 +305,28 @@ class MemsvcMemoryService(BaseMemoryService):
             )
             if not any(e.reason == LAST_TURN_MOVED for e in reply.errors):
                 written(reply)
+                if len(reply.turn_ids) == len(new):
+                    ids = list(zip(reply.turn_ids, (e.id for e in new), strict=True))
+                    self._kept.wrote(conversation, last, ids)
                 return
         raise RuntimeError(
             f"{conversation!r} kept changing while these events were added"
             f" ({ADD_ATTEMPTS} tries): add them again"
+        )
+
+    async def add_memory(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        memories: Sequence[MemoryEntry],
+        custom_metadata: Mapping[str, object] | None = None,
+    ) -> None:
+        """Each memory is kept as an event (`memory_event`): found by `search_memory`,
+        deleted by its id, added once however often it is added (ADK 2's
+        `Context.add_memory`). `custom_metadata` is not used."""
+        await self.add_events_to_memory(
+            app_name=app_name, user_id=user_id, events=[memory_event(m) for m in memories]
         )
 
     async def events(self, *, app_name: str, user_id: str) -> list[Event]:
@@ -321,6 +404,7 @@ class MemsvcMemoryService(BaseMemoryService):
             await self._remember_deleted(conversation, ids)
         for turn in turns:
             await self._memory.delete(conversation, (turn.turn_id, turn.turn_id), defer_store=True)
+        self._kept.forget(conversation)
 
     async def _export(
         self, conversation: str, turns: tuple[int, int] | None = None
@@ -331,9 +415,6 @@ class MemsvcMemoryService(BaseMemoryService):
             if exc.code is grpc.StatusCode.NOT_FOUND:  # nothing kept for this user yet
                 return []
             raise
-
-    async def _deleted_ids(self, conversation: str) -> set[str]:
-        return {event_id(t) for t in await self._export(conversation + DELETED_SUFFIX)}
 
     async def _remember_deleted(self, conversation: str, ids: Sequence[str]) -> None:
         when = datetime.now(timezone.utc).isoformat()  # noqa: UP017 (3.10)
