@@ -195,3 +195,4 @@ class SearchResult:
     standing: list[Hit] = field(default_factory=list)
     query_text: str = ""  # the query searched (its end, with keep_query_end)
     query_cut: int = 0  # characters of the request's query left out
+    unrelated: float = 0.0  # with explain: the model's cosine of unrelated texts

@@ -302,7 +302,8 @@ class SearchService:
             hits = _explained(hits, req.query_text, dense, keyword)
             standing_hits = _explained(standing_hits, req.query_text, rules, [])
         cut = len(asked) - len(req.query_text)
-        return SearchResult(mode, top_k, hits, standing_hits, req.query_text, cut)
+        unrelated = self._unrelated() if req.explain else 0.0
+        return SearchResult(mode, top_k, hits, standing_hits, req.query_text, cut, unrelated)
 
     def _narrows(self) -> bool:
         """Whether late window hits under a turn budget give their nearest turns

@@ -324,20 +324,22 @@ class Hit(_message.Message):
     def __init__(self, chunk_id: _Optional[str] = ..., score: _Optional[float] = ..., text: _Optional[str] = ..., metadata: _Optional[_Union[ChunkMetadata, _Mapping]] = ..., explanation: _Optional[_Union[HitExplanation, _Mapping]] = ..., turns: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class EmbedDbResponse(_message.Message):
-    __slots__ = ("query_text", "top_k", "hits", "mode", "standing", "query_cut")
+    __slots__ = ("query_text", "top_k", "hits", "mode", "standing", "query_cut", "unrelated_similarity")
     QUERY_TEXT_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     HITS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     STANDING_FIELD_NUMBER: _ClassVar[int]
     QUERY_CUT_FIELD_NUMBER: _ClassVar[int]
+    UNRELATED_SIMILARITY_FIELD_NUMBER: _ClassVar[int]
     query_text: str
     top_k: int
     hits: _containers.RepeatedCompositeFieldContainer[Hit]
     mode: SearchMode
     standing: _containers.RepeatedCompositeFieldContainer[Hit]
     query_cut: int
-    def __init__(self, query_text: _Optional[str] = ..., top_k: _Optional[int] = ..., hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., standing: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., query_cut: _Optional[int] = ...) -> None: ...
+    unrelated_similarity: float
+    def __init__(self, query_text: _Optional[str] = ..., top_k: _Optional[int] = ..., hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., standing: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., query_cut: _Optional[int] = ..., unrelated_similarity: _Optional[float] = ...) -> None: ...
 
 class ListChunksRequest(_message.Message):
     __slots__ = ("conversation_id", "include_deleted", "page_size", "page_token", "chunk_version")

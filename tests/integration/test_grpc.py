@@ -212,11 +212,15 @@ def test_explain_says_where_each_hit_came_from(stub: pb_grpc.MemoryServiceStub) 
     query = "hiking the Lake Tahoe trail"
     plain = stub.EmbedDb(pb.EmbedDbRequest(query_text=query, top_k=5, filters=flt))
     assert plain.hits and not any(h.HasField("explanation") for h in plain.hits)
+    assert plain.unrelated_similarity == 0.0
     for mode in (pb.SEARCH_MODE_DENSE, pb.SEARCH_MODE_KEYWORD, pb.SEARCH_MODE_HYBRID):
         res = stub.EmbedDb(
             pb.EmbedDbRequest(query_text=query, top_k=5, filters=flt, mode=mode, explain=True)
         )
         assert res.hits
+        # the model's cosine of unrelated texts, what a floor for "related" builds on (ADK's
+        # adapter): all-MiniLM-L6-v2's lies near 0
+        assert 0.0 < res.unrelated_similarity < 0.2
         for h in res.hits:
             why = h.explanation
             assert why.fused_score == h.score

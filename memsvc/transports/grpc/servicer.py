@@ -222,6 +222,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         return pb.EmbedDbResponse(
             query_text=found.query_text,
             query_cut=found.query_cut,
+            unrelated_similarity=found.unrelated,
             top_k=found.top_k,
             mode=MODES_PB[found.mode],
             hits=[hit_to_pb(h) for h in found.hits],
