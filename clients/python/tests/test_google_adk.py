@@ -17,7 +17,7 @@ from google.adk.memory.base_memory_service import BaseMemoryService
 from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions import InMemorySessionService, Session
 from google.genai import types
-from memsvc_client import MemoryClient
+from memsvc_client import MemoryClient, pb
 from memsvc_client.integrations.google_adk import MemsvcMemoryService, conversation_of
 
 from .test_client import ADMIN, WRITER, ServerTestCase, check_writers_kept, run_writers
@@ -495,3 +495,28 @@ class MemoryServiceTest(ServerTestCase):
 
         reads, _ = asyncio.run(run())
         self.assertEqual(reads, [30, 2])  # the turn read last, and the one another wrote
+
+    def test_the_default_floor_is_the_models_own(self) -> None:
+        # issue 83, item 8: a fixed 0.35 had little margin on MiniLM and kept every hit on
+        # multilingual-e5-small, whose unrelated texts score 0.75: the floor is a third of
+        # the way from the model's unrelated cosine (the server's) to 1.0
+        async def run() -> pb.EmbedDbResponse:
+            memory = self.service()
+            _, session = await session_with([said("user", "I code in Python.")], "fl", "ed")
+            await memory.add_session_to_memory(session)
+            request = pb.EmbedDbRequest(
+                query_text="Java", filters=pb.SearchFilters(conversation_ids=["fl/ed"])
+            )
+            request.explain = True
+            reply: pb.EmbedDbResponse = await memory._memory.call("EmbedDb", request)
+            await memory.close()
+            return reply
+
+        reply = asyncio.run(run())
+        floor = self.service().floor(reply)
+        assert floor is not None
+        self.assertAlmostEqual(floor, 0.35, delta=0.02)  # MiniLM: unrelated about 0.03
+        e5 = pb.EmbedDbResponse(unrelated_similarity=0.75)
+        self.assertAlmostEqual(self.service().floor(e5) or 0.0, 0.8325)
+        self.assertEqual(MemsvcMemoryService(self.target, min_similarity=0.5).floor(e5), 0.5)
+        self.assertIsNone(MemsvcMemoryService(self.target, min_similarity=None).floor(e5))

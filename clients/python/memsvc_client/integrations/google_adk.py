@@ -35,12 +35,13 @@ How ADK's types map onto memsvc:
 - `search_memory` returns nothing when nothing matches, as `InMemoryMemoryService` does: a
   hit is kept when it shares a word with the query (memsvc's keyword analyzer: English
   stemmed, very common English words left out, Chinese and Japanese by two-character
-  pieces) or its cosine similarity with the query reaches `min_similarity` (default 0.35:
-  on the bundled all-MiniLM-L6-v2, 99 % of other conversations' turns score below it for
-  LoCoMo dev questions, and every evidence turn sharing no word with its question above
-  it; a model whose unrelated texts score higher, as bge-small-zh's do, needs a higher
-  floor; None keeps every hit). The English model reads Chinese and Japanese poorly: two
-  unrelated texts in those scripts can pass the floor on similarity alone.
+  pieces) or its cosine similarity with the query reaches the floor. By default
+  (`min_similarity="model"`) the floor is the model's: a third of the way from its cosine
+  of unrelated texts, which the server reports, to 1.0 (`RELATED_SHARE`): 0.35 on
+  all-MiniLM-L6-v2, 0.83 on multilingual-e5-small, whose unrelated texts score 0.75; on
+  LoCoMo dev questions 0.1-0.2 % of other conversations' turns reach it on either. A
+  number sets the floor itself; None keeps every hit. The English model reads Chinese and
+  Japanese poorly: two unrelated texts in those scripts can pass its floor.
 - `search_memory` returns one `MemoryEntry` per event, as `InMemoryMemoryService` does: the
   events of memsvc's hits (standing instructions first, then by score; each event once).
   A hit is a chunk of several events: of a hit that shares words with the query, the
@@ -64,8 +65,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import re
-import unicodedata
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -77,6 +76,7 @@ from google.genai import types
 
 from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemsvcError, search_request, written
+from memsvc_client.integrations._adk_matching import answering, matches
 from memsvc_client.integrations._ids import joined_id
 from memsvc_client.integrations._kept import KeptIds
 from memsvc_client.v1 import memory_pb2 as pb
@@ -88,15 +88,16 @@ if TYPE_CHECKING:
 MEMORY_ID_PREFIX = "turns:"
 # where a user's deleted event ids are kept: no encoded or plain id part is "%deleted"
 DELETED_SUFFIX = "/%deleted"
-# What memsvc's explanation calls a word (memsvc.domain.terms): a run of letters or of
-# digits, scripts written without spaces (Han, kana) cut out, whose terms are pieces.
-_WORD = re.compile(r"[^\W\d_]+|\d+")
-_UNSPACED = re.compile(
-    r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]+"
-)
 # an add that finds its user's memory moved by another writer reads it again, this often
 ADD_ATTEMPTS = 20
 LAST_TURN_MOVED = "last_turn_moved"  # memsvc's reason for a compare-and-append refused
+# The default similarity floor: this share of the way from the model's cosine of unrelated
+# texts (EmbedDbResponse.unrelated_similarity) to 1.0. On LoCoMo dev questions against
+# other conversations' turns, 0.1-0.2 % reach it on either bundled model: 0.35 on
+# all-MiniLM-L6-v2 (unrelated 0.03), 0.83 on multilingual-e5-small (unrelated 0.75), where
+# a fixed 0.35 kept every hit (benchmarks/archive/2026-12-04.md).
+RELATED_SHARE = 0.33
+MODEL_FLOOR = "model"
 
 
 def conversation_of(app_name: str, user_id: str, prefix: str = "") -> str:
@@ -208,16 +209,6 @@ def event_of(turn: pb.MemoryEvent) -> Event | None:
         return None
 
 
-def holds(text: str, term: str) -> bool:
-    """Whether `text` holds one of a hit's matched terms (lower-cased words as the text has
-    them; for Chinese and Japanese, two-character pieces): a Latin word as a whole word,
-    a piece anywhere."""
-    text = unicodedata.normalize("NFKC", text).lower()
-    if _UNSPACED.fullmatch(term):
-        return term in text
-    return term in _WORD.findall(_UNSPACED.sub(" ", text))
-
-
 def covered(hit: pb.Hit) -> list[int]:
     """The turn ids a hit returns (a narrowed hit names them), in order."""
     span = hit.metadata.turn_range
@@ -253,7 +244,7 @@ class MemsvcMemoryService(BaseMemoryService):
         max_text_chars: int = 100_000,
         prefix: str = "",
         wait: bool = True,
-        min_similarity: float | None = 0.35,
+        min_similarity: float | str | None = MODEL_FLOOR,
     ) -> None:
         self.top_k = top_k
         self.min_similarity = min_similarity
@@ -348,7 +339,8 @@ class MemsvcMemoryService(BaseMemoryService):
             if exc.code is grpc.StatusCode.NOT_FOUND:  # nothing kept for this user yet
                 return SearchMemoryResponse()
             raise
-        hits = [h for h in (*reply.standing, *reply.hits) if self._matches(h)]
+        floor = self.floor(reply)
+        hits = [h for h in (*reply.standing, *reply.hits) if matches(h, floor)]
         spans = [covered(h) for h in hits]
         conversation = self._conversation(app_name, user_id)
         read = await asyncio.gather(  # each hit's turns as added, the rest left unread
@@ -360,30 +352,18 @@ class MemsvcMemoryService(BaseMemoryService):
             wanted = set(turns)
             said = [t for t in events if t.turn_id in wanted and t.turn_id not in seen]
             added = {t.turn_id: e for t in said if (e := event_of(t)) is not None}
-            for turn in self._answering(hit, [t for t in said if t.turn_id in added]):
+            for turn in answering(hit, [t for t in said if t.turn_id in added], floor):
                 seen.add(turn.turn_id)
                 memories.append(to_entry(hit, turn, added[turn.turn_id]))
         return SearchMemoryResponse(memories=memories[: self.top_k])
 
-    def _answering(self, hit: pb.Hit, turns: list[pb.MemoryEvent]) -> list[pb.MemoryEvent]:
-        """The events of a hit (a chunk of several) that answer the query, as
-        InMemoryMemoryService matches events: those holding a word the query shares with
-        the hit, the most such words first (then in turn order). A hit kept by similarity
-        alone gives all its events; so does a search without the floor."""
-        terms = hit.explanation.matched_terms
-        if self.min_similarity is None or not terms:
-            return turns
-        counted = [(sum(holds(t.text, w) for w in terms), t) for t in turns]
-        found = [(n, t) for n, t in counted if n]
-        if not found:  # the words were in the chunk's context line only
-            return turns if hit.explanation.dense_score >= self.min_similarity else []
-        return [t for _, t in sorted(found, key=lambda pair: -pair[0])]
-
-    def _matches(self, hit: pb.Hit) -> bool:
-        if self.min_similarity is None:
-            return True
-        why = hit.explanation
-        return bool(why.matched_terms) or why.dense_score >= self.min_similarity
+    def floor(self, reply: pb.EmbedDbResponse) -> float | None:
+        """The similarity a hit sharing no word with the query must reach (None: every hit
+        is kept): `min_similarity`, or by default the model's (`RELATED_SHARE`)."""
+        if self.min_similarity != MODEL_FLOOR:
+            return None if self.min_similarity is None else float(self.min_similarity)
+        unrelated = reply.unrelated_similarity  # 0 from a server before it: floor 0.33
+        return unrelated + RELATED_SHARE * (1.0 - unrelated)
 
     async def delete_memory(
         self, *, app_name: str, user_id: str, memory_id: str | None = None
