@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-async bench-perf bench-tracing bench-scale bench-scale-plot bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients test-clients-node test-clients-python test-clients-go
+.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-adk bench-async bench-perf bench-tracing bench-scale bench-scale-plot bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients test-clients-node test-clients-python test-clients-go
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -188,6 +188,12 @@ bench-recall: $(VENV)/.dev $(INFINITY_VENV)/.done
 	PYTHONPATH=. $(PY) benchmarks/recall.py --remote $(ARGS)
 	PYTHONPATH=. $(PY) benchmarks/recall.py --model e5 $(ARGS)
 	PYTHONPATH=. $(PY) benchmarks/memorybank.py
+
+# ADK adds as a user's memory grows: 100, 1,000 and 10,000 stored events (client venv).
+bench-adk: $(VENV)/.dev $(CLIENT_VENV)/.installed
+	$(CLIENT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps \
+		--force-reinstall ./clients/python
+	MEMSVC_PYTHON=$(abspath $(PY)) $(CLIENT_VENV)/bin/python benchmarks/adk_add.py $(ARGS)
 
 # MemsvcSession's pop_item and clear_session against the SDK's SQLiteSession (client venv).
 bench-session: $(VENV)/.dev $(CLIENT_VENV)/.installed
