@@ -293,6 +293,32 @@ class SharedMemoryTest(ServerTestCase):
             hits = memory.search("Ana locker code", conversation_ids=["oa-exact"])
             self.assertIn("4417", hits[0].text)
 
+    def test_a_tool_output_of_parts_is_searched_by_what_it_says(self) -> None:
+        # issue 83, item 8: a function_call_output whose output is a list of parts (the
+        # Responses API's input_text / input_image / input_file) was indexed as
+        # "[function_call_output]", so its text was never found
+        output = [
+            {"type": "input_text", "text": "Ana's gym badge number is 5531."},
+            {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="},
+            {"type": "input_file", "filename": "badge.pdf", "file_data": "JVBERi0="},
+        ]
+        item = {"type": "function_call_output", "call_id": "call_9", "output": output}
+
+        async def flow() -> list[Any]:
+            session = MemsvcSession("oa-parts", self.target, token=WRITER)
+            await session.add_items([item])  # type: ignore[list-item]
+            return await session.get_items()
+
+        self.assertEqual(asyncio.run(flow()), [item])
+        with MemoryClient(self.target, token=WRITER) as memory:
+            (event,) = memory.export("oa-parts")
+            self.assertEqual(
+                event.text, "Ana's gym badge number is 5531.\n[image]\n[file badge.pdf]"
+            )
+            memory.wait_for_indexed("oa-parts", event.turn_id)
+            hits = memory.search("badge number", conversation_ids=["oa-parts"])
+            self.assertIn("5531", hits[0].text)
+
     def test_an_agent_remembers_across_runs_with_a_tool_call(self) -> None:
         model = ScriptedModel()
         agent = Agent(name="assistant", model=model, tools=[locker_code])

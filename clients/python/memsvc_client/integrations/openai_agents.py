@@ -13,8 +13,9 @@ How the SDK's items map onto memsvc:
   item, ...) is one turn. Its JSON, exactly as added, is the turn's `payload`, and
   `get_items` returns it unchanged: tool calls and structured content round-trip.
 - The turn's `text`, which memsvc chunks and searches, is what the item says: a message's
-  content (or the text parts of its content list), a function call's name and arguments, a
-  tool's output, a reasoning summary; `[<type>]` when it says nothing. At most
+  content (or the text parts of its content list: a file by its name, an image as
+  `[image]`), a function call's name and arguments, a tool's output (a string or such a
+  list of parts), a reasoning summary; `[<type>]` when it says nothing. At most
   `max_text_chars` of it (the server's `MEMSVC_MAX_TURN_CHARS`, 100,000 by default): a huge
   tool output is searchable by its head and still comes back whole. An item whose JSON is
   over memsvc's payload limit (3,000,000 characters) is refused: `add_items` raises
@@ -74,6 +75,23 @@ def speaker_of(item: Mapping[str, Any]) -> str:
     return "system" if kind.endswith("_output") else "assistant"
 
 
+def _said(parts: list[Any]) -> list[str]:
+    """What a list of content parts says: its texts and refusals, a file by its name, an
+    image as `[image]` (a message's content, or a tool's output given as parts)."""
+    said = []
+    for part in parts:
+        if not isinstance(part, Mapping):
+            continue
+        text = part.get("text", part.get("refusal"))
+        if isinstance(text, str):
+            said.append(text)
+        elif part.get("type") == "input_file":
+            said.append(f"[file {part.get('filename') or part.get('file_id') or ''}]".strip())
+        elif part.get("type") == "input_image":
+            said.append("[image]")
+    return said
+
+
 def text_of(item: Mapping[str, Any]) -> str:
     """What the item says, for search."""
     parts: list[str] = []
@@ -81,15 +99,13 @@ def text_of(item: Mapping[str, Any]) -> str:
     if isinstance(content, str):
         parts.append(content)
     elif isinstance(content, list):
-        for part in content:
-            if isinstance(part, Mapping):
-                said = part.get("text", part.get("refusal"))
-                if isinstance(said, str):
-                    parts.append(said)
+        parts += _said(content)
     for key in ("name", "arguments", "output"):
         value = item.get(key)
         if isinstance(value, str):
             parts.append(value)
+        elif key == "output" and isinstance(value, list):  # a tool's output as parts
+            parts += _said(value)
     summary = item.get("summary")
     if isinstance(summary, list):
         parts += [
