@@ -70,6 +70,10 @@ def test_score_fusion_counts_dense_scores_above_the_models_unrelated_floor() -> 
     assert max(fused, key=fused.__getitem__) == "a"
     # at or below the floor a dense candidate adds nothing
     assert dict(score_fuse([[("x", 0.7), ("y", 0.9)]], [1.0], [0.74])) == {"y": 1.0, "x": 0.0}
+    # and those it levels keep the order of their own scores, not of their chunk ids (a
+    # node restored from an export ranked them otherwise: test_cli's backup test)
+    levelled = score_fuse([[("a", 0.70), ("b", 0.72), ("c", 0.9)]], [1.0], [0.74])
+    assert [cid for cid, _ in levelled] == ["c", "b", "a"]
 
 
 def test_dedup_keeps_best_of_identical_texts() -> None:

@@ -49,13 +49,17 @@ def score_fuse(
     decide alone (benchmarks/archive/2026-12-03.md)."""
     total = sum(weights) or 1.0
     scores: dict[str, float] = {}
+    raw: dict[str, float] = {}  # the scores as given: the order of those the floor levels
     for i, (ranked, weight) in enumerate(zip(lists, weights, strict=True)):
         floor = floors[i] if floors else 0.0
         best = max((s for _, s in ranked), default=0.0) - floor
         for cid, s in ranked:
             gain = weight * max(0.0, s - floor) / best if best > 0 else 0.0
             scores[cid] = scores.get(cid, 0.0) + gain
-    order = sorted(scores, key=lambda cid: (-scores[cid], cid))
+            raw[cid] = raw.get(cid, 0.0) + weight * s
+    # Candidates at or under every floor all score 0: ordered by their own scores, not by
+    # chunk id (which differs between a node and one restored from its export).
+    order = sorted(scores, key=lambda cid: (-scores[cid], -raw[cid], cid))
     return [(cid, scores[cid] / total) for cid in order]
 
 
