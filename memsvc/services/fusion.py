@@ -14,7 +14,7 @@ RRF_K = 60
 
 
 # Texts with nothing in common, in several languages and scripts: a model's cosine between
-# them is what "unrelated" scores on it, about 0.05 on all-MiniLM-L6-v2 and 0.74 on
+# them is what "unrelated" scores on it, about 0.03 on all-MiniLM-L6-v2 and 0.75 on
 # multilingual-e5-small, whose cosines all lie high.
 UNRELATED_TEXTS = (
     "where did I put my passport before the trip?",
@@ -46,7 +46,7 @@ def score_fuse(
     not pulled level with the runner-up (LoCoMo dev figures: benchmarks/archive/
     2026-11-25.md). Without the floor, a model whose cosines lie between 0.7 and 0.9
     (multilingual-e5-small) scales every dense candidate to 0.8-1.0, and keyword scores
-    decide alone (benchmarks/archive/2026-12-03.md)."""
+    decide alone (benchmarks/archive/2026-12-04.md)."""
     total = sum(weights) or 1.0
     scores: dict[str, float] = {}
     raw: dict[str, float] = {}  # the scores as given: the order of those the floor levels

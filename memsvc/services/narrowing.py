@@ -38,7 +38,7 @@ class Narrowing:
     def applies(self, picked: int, first: int, last: int) -> bool:
         """A hit picked after `picked` others, spanning turns first..last, is narrowed; so
         is a first one that would take over half the budget, starving every later hit (at
-        5 turns, one window of 4: benchmarks/archive/2026-12-03.md)."""
+        5 turns, one window of 4: benchmarks/archive/2026-12-04.md)."""
         if not self._wider(first, last):
             return False
         over_half = self.budget and (last - first + 1) * 2 > self.budget

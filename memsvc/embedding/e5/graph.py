@@ -13,7 +13,7 @@ computes (e5.c, `forward_batch`), on ONNX Runtime's kernels.
   over the mask, L2-normalised, and the token states, for parts pooled on their own.
 
 On 2 cores (AMD EPYC) it embeds chat windows 2.7x faster than the engine and a query 3x
-(benchmarks/archive/2026-12-03.md)."""
+(benchmarks/archive/2026-12-04.md)."""
 
 from __future__ import annotations
 
