@@ -72,6 +72,20 @@ def test_the_security_recipes_secrets_are_never_committed() -> None:
     assert ignored.stdout.split() == written
 
 
+def test_what_documented_exports_write_is_never_committed() -> None:
+    # issue 84: `memsvc export -o c1.jsonl`, run in a clone, left conversation text untracked
+    written = [
+        re.search(r" -o (\S+)", command)[1]  # type: ignore[index]
+        for _, command in _documented_commands()
+        if command.startswith("memsvc export") and " -o " in command
+    ]
+    assert written
+    ignored = subprocess.run(
+        ["git", "check-ignore", *written], cwd=ROOT, capture_output=True, text=True
+    )
+    assert ignored.stdout.split() == written
+
+
 def test_the_readme_is_a_first_hour() -> None:
     assert len((ROOT / "README.md").read_text().splitlines()) <= 200
 

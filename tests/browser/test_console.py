@@ -468,3 +468,23 @@ def test_the_list_agrees_with_the_open_conversation(page: Any, console: Console)
         assert cells[3] == "2" and cells[4] != "idle", cells
     finally:
         console.stub.SetIndexingPaused(pb.SetIndexingPausedRequest(paused=False), metadata=admin)
+
+
+def test_a_conversation_with_nothing_indexed_says_so_in_the_list(
+    page: Any, console: Console
+) -> None:
+    # issue 84: the list's "Indexed through" read -1 for a conversation not indexed yet
+    admin = [("authorization", f"Bearer {ADMIN}")]
+    console.stub.SetIndexingPaused(pb.SetIndexingPausedRequest(paused=True), metadata=admin)
+    try:
+        console.append("acme/unindexed", [("user", "Nothing of this is searchable yet.")])
+        sign_in(page, ADMIN)
+        page.click("nav button[data-screen=conversations]")
+        row = page.locator(
+            "#conversation-list tbody tr", has=page.locator("a:text-is('acme/unindexed')")
+        )
+        expect(row).to_contain_text("pending")
+        cells = row.locator("td").all_inner_texts()
+        assert cells[1:3] == ["1", "—"], cells
+    finally:
+        console.stub.SetIndexingPaused(pb.SetIndexingPausedRequest(paused=False), metadata=admin)

@@ -5,7 +5,9 @@ confirmation before whole-conversation deletes and purges, retire."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ import pytest
 from tests.conftest import RUNTIME_LABEL
 from tests.integration.test_operations import EXAMPLE, cli
 from tests.support.launch import free_port, start_child, wait_serving
+from tests.support.postgres import PostgresCluster
 
 # the module's shared fixture starts once: every test of it on one worker (make test: loadgroup)
 pytestmark = pytest.mark.xdist_group("cli-server")
@@ -266,3 +269,89 @@ def test_reindex_wait_follows_the_rebuilds_to_their_end(target: str, tmp_path: P
         assert held.returncode == 1 and "indexing is paused" in held.stderr, held.stderr
     finally:
         assert cli(target, "resume").returncode == 0
+
+
+def test_tables_off_a_terminal_are_plain_lines_and_nothing_indexed_is_no_turn(
+    target: str, tmp_path: Path
+) -> None:
+    # issue 84: piped output drew rich's boxes (cli.md promises plain text), and a
+    # conversation with nothing indexed yet showed `indexed -1`
+    events = tmp_path / "unindexed.jsonl"
+    events.write_text(
+        json.dumps(
+            {
+                "conversation_id": "unindexed",
+                "turn_id": 0,
+                "speaker": "user",
+                "text": "Nothing of this is searchable yet.",
+                "timestamp": "2026-02-02T10:00:00Z",
+            }
+        )
+        + "\n"
+    )
+    assert cli(target, "pause").returncode == 0
+    try:
+        assert cli(target, "append", str(events)).returncode == 0
+        status = cli(target, "status", "--conversation", "unindexed").stdout.splitlines()
+        listed = cli(target, "list", "--after", "unindexe", "--limit", "1").stdout.splitlines()
+    finally:
+        assert cli(target, "resume").returncode == 0
+    assert status[0].split("\t") == [
+        "conversation", "state", "appended", "indexed", "backlog", "attempts", "error"
+    ]  # fmt: skip
+    assert status[1].split("\t")[:5] == ["unindexed", "pending", "0", "-", "1"]
+    assert listed[:2] == [
+        "conversation\tstate\tturns\tsearchable to\tbacklog",
+        "unindexed\tpending\t1\t-\t1",
+    ]
+    found = cli(target, "search", "Nothing searchable", "--conversation", "c-none").stdout
+    assert found.splitlines() == ["score\tconversation\tturns\ttext"]
+    boxes = set("─│┃━┏┓┗┛┡┩└┘├┤╇")
+    assert not boxes & set("".join(status + listed) + found)
+
+
+CLI_PAGE = Path(__file__).parents[2] / "docs" / "surfaces" / "cli.md"
+# lines of the page's block another test runs as written (a server of their own)
+RUN_ELSEWHERE = {
+    "make run": "every test's server",
+    "memsvc tune": "tests/test_tuning.py",
+    "memsvc mcp": "tests/integration/test_mcp.py",
+}
+
+
+def test_the_cli_pages_lines_run_as_written(
+    target: str, tmp_path: Path, postgres: PostgresCluster
+) -> None:
+    # issue 84: `memsvc append chat.json ...` named a file nobody had. Every line runs in
+    # a clone's directory, the documented addresses standing for this test's server and
+    # database, in the page's order
+    block = re.findall(r"```sh\n(.*?)```", CLI_PAGE.read_text(), re.S)[0]
+    addresses = {
+        "10.0.0.5:50051": target,
+        "postgresql://memsvc@db:5432/memsvc": postgres.create_database(),
+    }
+    (tmp_path / "examples").symlink_to(CLI_PAGE.parents[2] / "examples")
+    ran: list[str] = []
+    said: list[str] = []
+    for line in block.splitlines():
+        line = line.split("   #", 1)[0].split(" # ", 1)[0].strip()
+        for command in line.split(" / "):  # "memsvc pause / memsvc resume"
+            if not command or any(command.startswith(p) for p in RUN_ELSEWHERE):
+                continue
+            for documented, here in addresses.items():
+                command = command.replace(documented, here)
+            done = subprocess.run(
+                [sys.executable, "-m", "memsvc", *shlex.split(command)[1:]],
+                cwd=tmp_path,
+                env={**os.environ, "MEMSVC_TARGET": target},
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+            ran.append(command.split()[1])
+            said.append(done.stdout)
+    assert "accepted 5, duplicates 0, errors 0" in said[ran.index("append", 1)]  # chat.json
+    assert ran.count("append") == 2 and {"export", "reindex", "migrate", "health"} <= set(ran)
+    exported = (tmp_path / "c1.jsonl").read_text().splitlines()
+    assert len(exported) == 10 and json.loads(exported[0])["conversation_id"] == "c1"

@@ -108,6 +108,7 @@ def test_start_up_errors_come_before_the_model_loads_in_one_line(tmp_path: Path)
     assert metrics.returncode != 0
     assert "Traceback" not in metrics.stderr and "embedder_ready" not in metrics.stderr
     assert f"cannot serve metrics on 127.0.0.1:{port}" in metrics.stderr
+    assert "a second server needs a port of its own" in metrics.stderr
     # a second process on a data dir in use
     data = tmp_path / "b"
     first_port = free_port()

@@ -15,11 +15,10 @@ from typing import Any, TextIO
 import grpc
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
-from rich.table import Table
 
 from memsvc.domain.pages import page_token
 from memsvc.transports.cli.append import cmd_append
-from memsvc.transports.cli.connection import Stub, connect, err, out
+from memsvc.transports.cli.connection import Stub, connect, err, out, print_table, turn_or_none
 from memsvc.transports.cli.mcp import add_mcp_command, run_mcp
 from memsvc.transports.cli.reindex import cmd_reindex
 from memsvc.v1 import memory_pb2 as pb
@@ -189,16 +188,16 @@ def cmd_search(stub: Stub, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_as_dict(reply), ensure_ascii=False, indent=2))
         return 0
-    table = Table("score", "conversation", "turns", "text", show_lines=True)
-    for h in reply.hits:
-        m = h.metadata
-        table.add_row(
+    rows = [
+        [
             f"{h.score:.3f}",
-            m.conversation_id,
-            f"{m.turn_range.start}-{m.turn_range.end}",
+            h.metadata.conversation_id,
+            f"{h.metadata.turn_range.start}-{h.metadata.turn_range.end}",
             h.text,
-        )
-    out.print(table)
+        ]
+        for h in reply.hits
+    ]
+    print_table(["score", "conversation", "turns", "text"], rows, lines=True)
     return 0
 
 
@@ -210,18 +209,20 @@ def cmd_status(stub: Stub, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_as_dict(reply), ensure_ascii=False, indent=2))
         return 0
-    table = Table("conversation", "state", "appended", "indexed", "backlog", "attempts", "error")
-    for s in reply.conversations:
-        table.add_row(
+    rows = [
+        [
             s.conversation_id,
             s.state + (" (reindex)" if s.reindexing else ""),
-            str(s.last_appended_turn),
-            str(s.last_indexed_turn),
+            turn_or_none(s.last_appended_turn),
+            turn_or_none(s.last_indexed_turn),
             str(s.backlog),
             str(s.attempts),
             s.last_error[:80],
-        )
-    out.print(table)
+        ]
+        for s in reply.conversations
+    ]
+    columns = ["conversation", "state", "appended", "indexed", "backlog", "attempts", "error"]
+    print_table(columns, rows)
     if reply.next_page_token:
         out.print(
             f"(the first {len(reply.conversations)}: memsvc list for every conversation)",
@@ -350,16 +351,17 @@ def cmd_list(stub: Stub, args: argparse.Namespace) -> int:
             )
         )
         return 0
-    table = Table("conversation", "state", "turns", "searchable to", "backlog")
-    for s in page:
-        table.add_row(
+    rows = [
+        [
             s.conversation_id,
             s.state,
             str(s.last_appended_turn + 1),
-            str(s.last_indexed_turn),
+            turn_or_none(s.last_indexed_turn),
             str(s.backlog),
-        )
-    out.print(table)
+        ]
+        for s in page
+    ]
+    print_table(["conversation", "state", "turns", "searchable to", "backlog"], rows)
     if more:
         out.print(f"more: --after {page[-1].conversation_id}", markup=False, highlight=False)
     return 0

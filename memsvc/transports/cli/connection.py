@@ -1,5 +1,5 @@
 """What every client command shares: the consoles, the connection to the server with the
-caller's token, and progress bars (on a terminal only)."""
+caller's token, tables, and progress bars (on a terminal only)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from memsvc.transports.channel import client_channel
 from memsvc.v1 import memory_pb2_grpc as pb_grpc
@@ -47,3 +48,22 @@ def progress() -> Progress:
         console=err,
         disable=not err.is_terminal,
     )
+
+
+def print_table(columns: list[str], rows: list[list[str]], lines: bool = False) -> None:
+    """Rows as a drawn table on a terminal; otherwise plain text a script can cut: a header
+    line, then one line per row, fields between tabs (a field's own tabs and newlines become
+    spaces)."""
+    if out.is_terminal:
+        table = Table(*columns, show_lines=lines)
+        for cells in rows:
+            table.add_row(*cells)
+        out.print(table)
+        return
+    for cells in [columns, *rows]:
+        print("\t".join(" ".join(c.split()) for c in cells))
+
+
+def turn_or_none(turn: int) -> str:
+    """A turn id for people: -1 (nothing yet) is '-', not a turn."""
+    return "-" if turn < 0 else str(turn)

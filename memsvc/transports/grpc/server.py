@@ -279,7 +279,8 @@ def serve(settings: Settings) -> None:
         except OSError as exc:
             raise SystemExit(
                 f"memsvc: cannot serve metrics on {settings.metrics_listen}: {exc.strerror}"
-                " (MEMSVC_METRICS_LISTEN; empty turns metrics off)"
+                " (MEMSVC_METRICS_LISTEN or --metrics-listen: a second server needs a port"
+                " of its own; empty turns metrics off)"
             ) from None
     http_socket = None
     if settings.http_listen:

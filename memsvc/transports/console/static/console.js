@@ -358,7 +358,8 @@ function renderList() {
       guarded(() => openConversation(c.conversationId));
     });
     // the JSON mapping leaves out zeros: a missing turn id is turn 0
-    body.append(row([link, Number(c.lastAppendedTurn || 0) + 1, c.lastIndexedTurn || 0,
+    const indexed = Number(c.lastIndexedTurn || 0);  // -1: nothing indexed yet
+    body.append(row([link, Number(c.lastAppendedTurn || 0) + 1, indexed < 0 ? "—" : indexed,
       c.backlog || 0, c.state, when(c.lastTimestamp)]));
   }
   $("page-text").textContent = `page ${state.page + 1} of ${pages} · ${items.length} conversations`
