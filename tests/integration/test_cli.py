@@ -63,6 +63,16 @@ def test_version_and_health_of_a_named_target(target: str) -> None:
     assert memsvc("health", "--target", f"127.0.0.1:{free_port()}").returncode == 1
 
 
+def test_nothing_listening_is_named_as_such_not_as_tls() -> None:
+    # issue 84: a refused connection was answered "is it serving TLS?", sending a new user
+    # after certificates when the server was simply not running
+    nobody = f"127.0.0.1:{free_port()}"
+    refused = memsvc("status", "--target", nobody)
+    assert refused.returncode == 1
+    assert f"nothing listens on {nobody}" in refused.stderr, refused.stderr
+    assert "TLS" not in refused.stderr
+
+
 def test_status_says_which_model_serves(target: str) -> None:
     server = json.loads(cli(target, "status", "--json").stdout)["server"]
     assert server["model"] == "sentence-transformers/all-MiniLM-L6-v2"

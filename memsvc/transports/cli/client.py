@@ -151,6 +151,20 @@ def add_client_commands(sub: Any) -> None:
     add_mcp_command(sub, common)
 
 
+def _unavailable_hint(exc: grpc.RpcError, args: argparse.Namespace) -> str:
+    """What an UNAVAILABLE most likely means, when the server did not say it itself (a
+    server starting up says so in its details: no hint then)."""
+    details = exc.details() or ""
+    if exc.code() != grpc.StatusCode.UNAVAILABLE or details.startswith("starting up"):
+        return ""
+    if "Connection refused" in details:
+        return f" (nothing listens on {args.target}: is memsvc serve running there?)"
+    if args.ca_file:
+        return ""
+    # a TLS server answers a plaintext client only by closing the connection
+    return f" (is {args.target} serving TLS? then pass --ca-file or set MEMSVC_CA_FILE)"
+
+
 def run_client(args: argparse.Namespace) -> int:
     try:
         if args.command == "mcp":
@@ -162,9 +176,7 @@ def run_client(args: argparse.Namespace) -> int:
         return code
     except grpc.RpcError as exc:
         message = f"memsvc: {exc.code().name}: {exc.details()}"
-        if exc.code() == grpc.StatusCode.UNAVAILABLE and not args.ca_file:
-            # a TLS server answers a plaintext client only by closing the connection
-            message += f" (is {args.target} serving TLS? then pass --ca-file or set MEMSVC_CA_FILE)"
+        message += _unavailable_hint(exc, args)
         err.print(message, markup=False, highlight=False)
         return 1
     except BrokenPipeError:
