@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_FROM := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-adk bench-async bench-perf bench-tracing bench-scale bench-scale-plot bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients test-clients-node test-clients-python test-clients-go
+.PHONY: run test check docs reference test-fleet test-browser test-embedders test-install infinity-venv bench-embedders eval lint proto bench-recall bench-ingest bench-session bench-adk bench-async bench-perf bench-tracing bench-start bench-scale bench-scale-plot bench-resilience bench-fleet bench-peer-venv clean soak proto-check test-clients test-clients-node test-clients-python test-clients-go
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -224,6 +224,11 @@ bench-tracing: $(VENV)/.dev
 
 # What one node holds as conversations pile up (benchmarks/scale.py; not in CI: about an hour
 # to 100,000 conversations on 2 cores). Vectors from a deterministic embedding server of its own.
+# Start times (issue 84): first start on a machine, a later one, a new data dir; three each
+# (ARGS="--load 6" beside busy processes). Not in CI.
+bench-start: $(VENV)/.dev
+	PYTHONPATH=. $(PY) benchmarks/start.py $(ARGS)
+
 bench-scale: $(VENV)/.dev
 	PYTHONPATH=. $(PY) benchmarks/scale.py $(ARGS)
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -143,6 +144,39 @@ def test_no_fallback_is_an_error(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-model")
     with pytest.raises(RuntimeError, match="fallback is off"):
         load_embedder(make_settings(tmp_path, embed_model=missing, embed_fallback=False))
+
+
+def test_an_offline_hub_is_not_dialled(tmp_path: Path) -> None:
+    # issue 84: with HF_HUB_OFFLINE set, a start still waited on a connection to the hub
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as hub:
+        hub.bind(("127.0.0.1", 0))
+        hub.listen()
+        hub.settimeout(0.5)
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "HF_ENDPOINT": f"http://127.0.0.1:{hub.getsockname()[1]}",
+            "HF_HOME": str(tmp_path / "hf"),
+        }
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from memsvc.embedding.loading import resolve_model_dir;"
+                " resolve_model_dir('org/not-here')",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert "HF_HUB_OFFLINE is set" in run.stderr, run.stderr
+        with pytest.raises(TimeoutError):
+            hub.accept()  # nothing dialled it
 
 
 def test_cache_skips_the_model(tmp_path: Path, embedder: Embedder) -> None:

