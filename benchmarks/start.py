@@ -41,6 +41,7 @@ class Start:
     seconds: float
     slowest_health_s: float
     missed_deadlines: int
+    slowest_in: str  # the phase the slowest health answer was asked in
     phases: dict[str, float] = field(default_factory=dict)
 
 
@@ -75,6 +76,7 @@ def start_once(data_dir: Path, cache: Path, log_path: Path, timeout_s: float = 6
             stderr=subprocess.STDOUT,
         )
     slowest = 0.0
+    slowest_at = 0.0
     missed = 0
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -87,24 +89,28 @@ def start_once(data_dir: Path, cache: Path, log_path: Path, timeout_s: float = 6
                     status = health.Check(
                         health_pb2.HealthCheckRequest(), timeout=HEALTH_DEADLINE_S
                     ).status
-                    slowest = max(slowest, time.monotonic() - asked)
+                    if time.monotonic() - asked > slowest:
+                        slowest, slowest_at = time.monotonic() - asked, asked - begun
                     if status == health_pb2.HealthCheckResponse.SERVING:
                         seconds = time.monotonic() - begun
                         break
                 except grpc.RpcError as exc:
                     if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                         missed += 1
-                        slowest = max(slowest, time.monotonic() - asked)
+                        if time.monotonic() - asked > slowest:
+                            slowest, slowest_at = time.monotonic() - asked, asked - begun
                 time.sleep(0.25)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    return Start(seconds, slowest, missed, _phases(log_path, seconds))
+    marks = _marks(log_path)
+    slowest_in = [phase for phase, at in marks if at <= slowest_at][-1]
+    return Start(seconds, slowest, missed, slowest_in, _phases(marks, seconds))
 
 
-def _phases(log_path: Path, total: float) -> dict[str, float]:
-    """Seconds per startup phase, from the log's elapsed_s marks (the last one runs to
-    SERVING; before the first, importing and opening the ports)."""
+def _marks(log_path: Path) -> list[tuple[str, float]]:
+    """The log's startup phases and when each began (elapsed_s; before the first,
+    importing and opening the ports)."""
     marks: list[tuple[str, float]] = [("importing and opening the ports", 0.0)]
     for line in log_path.read_text().splitlines():
         try:
@@ -113,6 +119,11 @@ def _phases(log_path: Path, total: float) -> dict[str, float]:
             continue
         if entry.get("event") == "startup_phase":
             marks.append((str(entry["phase"]), float(entry["elapsed_s"])))
+    return marks
+
+
+def _phases(marks: list[tuple[str, float]], total: float) -> dict[str, float]:
+    """Seconds per startup phase (the last one runs to SERVING)."""
     spans: dict[str, float] = {}
     for (phase, at), (_, until) in zip(marks, [*marks[1:], ("", total)], strict=True):
         spans[phase] = spans.get(phase, 0.0) + max(0.0, until - at)
@@ -141,7 +152,7 @@ def report(kinds: dict[str, list[Start]], load: int) -> str:
     for kind, starts in kinds.items():
         seconds = statistics.median(s.seconds for s in starts)
         each = ", ".join(f"{s.seconds:.1f}" for s in starts)
-        slowest = max(s.slowest_health_s for s in starts)
+        worst = max(starts, key=lambda s: s.slowest_health_s)
         missed = sum(s.missed_deadlines for s in starts)
         phases: dict[str, list[float]] = {}
         for s in starts:
@@ -149,7 +160,8 @@ def report(kinds: dict[str, list[Start]], load: int) -> str:
                 phases.setdefault(phase, []).append(spent)
         longest = max(phases, key=lambda p: statistics.median(phases[p]))
         lines.append(
-            f"| {kind} | {seconds:.1f} s | {each} | {slowest:.2f} s | {missed} |"
+            f"| {kind} | {seconds:.1f} s | {each} | {worst.slowest_health_s:.2f} s"
+            f" ({worst.slowest_in}) | {missed} |"
             f" {longest}: {statistics.median(phases[longest]):.1f} s |"
         )
     return "\n".join(lines)

@@ -7,6 +7,8 @@ ONNX Runtime throughout."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +166,25 @@ def test_a_damaged_kept_graph_is_built_again(tmp_path: Path) -> None:
         rebuilt = _load(tmp_path / "b", cache)
     assert [e for e in logs if e["event"] == "e5_graph_rebuilt"]
     assert kept.stat().st_size > 100_000_000 and rebuilt.runtime_label == "onnx"
+
+
+def test_the_graph_is_built_outside_the_serving_process(tmp_path: Path) -> None:
+    # issue 84: saving the graph held the GIL 0.7 s (several under load), so a starting
+    # server's health checks missed their 2 s deadline; a child process builds it now
+    loads = (
+        "import sys; from pathlib import Path; from tests.test_e5_graph import _load;"
+        " _load(Path(sys.argv[1]), Path(sys.argv[1]) / 'cache');"
+        " print('onnx' in sys.modules, 'onnx.helper' in sys.modules)"
+    )
+    first = subprocess.run(
+        [sys.executable, "-c", loads, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert first.stdout.splitlines()[-1] == "False False", first.stdout + first.stderr
+    (built,) = (tmp_path / "cache").glob("e5-*/model.onnx")
+    assert built.stat().st_size > 100_000_000
 
 
 def test_window_hits_on_the_graph_narrow_to_their_turns(

@@ -3,7 +3,8 @@ or an ONNX graph of the same bundled weights (memsvc.embedding.e5.graph) with th
 engine's tokenizer (memsvc.embedding.e5.tokenizer), chosen per path by timing both
 (memsvc.embedding.tuning: once per machine, `memsvc tune` again).
 
-The graph is built once into the model cache, under the bundle's digest, and is used only
+The graph is built once into the model cache, under the bundle's digest (in a child
+process: saving it holds the GIL for seconds under load), and is used only
 if it reproduces the engine at every start: the probe texts' vectors, as passages and as
 queries, to cosine >= PARITY_MIN_COSINE, and their token counts exactly. The engine loads
 in 0.1 s, so the reference is computed, not recorded. MEMSVC_EMBED_BACKEND=onnx runs both
@@ -13,6 +14,8 @@ other runtime, for the e5 family the engine) both on the engine."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +38,7 @@ from memsvc.observability import startup
 log = structlog.get_logger(__name__)
 
 GRAPH_NAME = "model.onnx"
+BUILD_TIMEOUT_S = 900  # 4 s quiet on 2 cores; a loaded slow machine takes many times that
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,7 @@ def checked_graph(engine: Engine, info: ModelInfo, cache_dir: Path, threads: int
             if fresh:
                 startup.enter(f"building the ONNX graph of {info.name} (once per machine)")
                 partial = path.with_name(GRAPH_NAME + ".partial")
-                graph.build(weights, partial)
+                _build_apart(source, partial)
                 os.replace(partial, path)
         try:
             embedder = Embedder(tokenizer, OnnxBackend(path, threads), info, engine.batch_size)
@@ -117,6 +121,27 @@ def checked_graph(engine: Engine, info: ModelInfo, cache_dir: Path, threads: int
             log.warning("e5_graph_rebuilt", path=str(path), reason=str(exc).splitlines()[0][:300])
             path.unlink(missing_ok=True)
     return Graph(embedder, tokenizer, export_dir)
+
+
+_BUILD = (
+    "import sys; from pathlib import Path; from memsvc.embedding.e5 import bundle, graph;"
+    " graph.build(bundle.read(Path(sys.argv[1])), Path(sys.argv[2]))"
+)
+
+
+def _build_apart(source: Path, target: Path) -> None:
+    """The graph built in a child process: saving it serialises ~300 MB holding the GIL
+    (0.7 s on 2 cores, several under load), during which this process's gRPC threads
+    could not answer health within its deadline (issue 84)."""
+    built = subprocess.run(
+        [sys.executable, "-c", _BUILD, str(source), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+    )
+    if built.returncode != 0:
+        tail = (built.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"building the ONNX graph failed (exit {built.returncode}): {tail}")
 
 
 def _check(engine: Engine, embedder: Embedder, tokenizer: E5Tokenizer) -> None:
