@@ -90,6 +90,19 @@ def test_english_topics_leave_out_chat_fillers_verbs_code_and_the_speakers() -> 
     assert topic == kw.keywords(window, 4, chinese=False, exclude=["Caroline", "Melanie"])
 
 
+def test_a_names_verb_before_its_object_is_left_out() -> None:
+    # issue 84: an English context line read "dog Biscuit loves, Shinkansen, ..."
+    kw = KeywordExtractor()
+    window = (
+        "My dog Biscuit loves the beach. We rode the Shinkansen to Kyoto.\n"
+        "I keep my Python scripts in one repo."
+    )
+    topic = kw.keywords(window, 4, chinese=False)
+    assert "dog Biscuit" in topic and "Shinkansen" in topic
+    assert "Python scripts" in topic  # a name's plural noun is no verb: no object follows
+    assert not {w for t in topic for w in t.split()} & {"loves"}
+
+
 def test_title_capitals_are_not_names() -> None:
     kw = KeywordExtractor()
     window = "### Secure Password Storage\nStore each password with Argon2 in PostgreSQL."

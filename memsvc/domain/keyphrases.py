@@ -6,7 +6,8 @@ No model and no statistics table: a phrase is a run of content words between sto
 and punctuation, in prose (fenced code, code-like lines and LaTeX commands are skipped).
 Word order tells a noun from a verb well enough for a prefix: the first word after a
 subject pronoun, a modal, a form of "be"/"have"/"do" or "to" is taken for a verb or a
-predicate and left out ("I love painting landscapes" gives "painting landscapes").
+predicate and left out ("I love painting landscapes" gives "painting landscapes"), and so
+is a name's verb before its object ("my dog Biscuit loves the beach": "dog Biscuit").
 Phrases are ranked by how often their words occur in the window, names (capitalised
 inside a sentence, or all capitals) weigh more, and no two chosen phrases share a word.
 """
@@ -77,6 +78,12 @@ ING_NOUNS = frozenset(
     baking dancing singing acting gaming parking shopping marketing engineering testing
     logging caching routing hosting networking programming computing accounting banking
     nursing counseling mentoring volunteering fundraising""".split()
+)
+
+# Words that open an object or a complement: a lower-case -s or -ed word between a name and
+# one of these is the name's verb ("Biscuit loves the beach", "Melanie painted a lake").
+OBJECT_CUES = frozenset(
+    "the a an my your his her its our their this that these those me him them us it".split()
 )
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:['’][A-Za-z]+)?(?:-[A-Za-z0-9]+)*")
@@ -167,6 +174,8 @@ def _runs(
         low = raw.lower()
         named = _named(raw, (i > 0 or not opens_sentence) and not titled)
         if low in stops or len(low) < MIN_WORD_CHARS or "'" in low:
+            if low in OBJECT_CUES and len(run) > 1 and _verb_after_name(run[-2], run[-1]):
+                run.pop()
             if run:
                 runs.append(run)
             run = []
@@ -180,6 +189,10 @@ def _runs(
     if run:
         runs.append(run)
     return runs
+
+
+def _verb_after_name(before: _Word, word: _Word) -> bool:
+    return before.name and word.text.islower() and word.text.endswith(("s", "ed"))
 
 
 def _named(word: str, inside_sentence: bool) -> bool:
