@@ -14,7 +14,8 @@ form is stored). After every step:
   whose turns are all live; every indexed layout chunk is stored live;
 - once the worker is done, every accepted live turn is findable (WaitForIndexed says so,
   and a default search finds its text), in the searched version;
-- counts agree with the reference (turns deleted, turns purged).
+- counts agree with the reference (turns deleted, turns purged);
+- a version's layout planned through the last change is the plan of every live turn.
 
 At the end of each run the store is rebuilt from the event log into a new collection, and
 its chunks of each conversation's searched version equal those of the store it replaces.
@@ -46,6 +47,7 @@ from hypothesis.stateful import (
 from memsvc.app import Services, build_services
 from memsvc.config import Settings
 from memsvc.domain import bm25
+from memsvc.domain.chunking import plan_windows
 from memsvc.domain.errors import FailedPrecondition
 from memsvc.domain.ids import chunk_id
 from memsvc.domain.types import ChunkRecord, MemoryEvent, SearchFilters, SearchMode, SearchRequest
@@ -200,6 +202,11 @@ class WritePath(RuleBasedStateMachine):
     @rule(n=st.integers(1, 4), sync=st.booleans(), long=st.booleans(), explicit=st.booleans())
     def append(self, n: int, sync: bool, long: bool, explicit: bool) -> None:
         self.append_turns(n, sync, long, explicit)
+
+    @rule(n=st.integers(12, 20))
+    def append_a_stretch(self, n: int) -> None:
+        """Enough turns that later changes plan again from a window, not from the start."""
+        self.append_turns(n, sync=False)
 
     @rule(data=st.data())
     def edit(self, data: st.DataObject) -> None:
@@ -414,6 +421,27 @@ class WritePath(RuleBasedStateMachine):
         with self.svc.log.snapshot() as log:
             found = log.term_frequencies(tenants, [*expected, *gone])
         assert found == (documents, expected)
+
+    @invariant()
+    def layout_is_the_plan_of_every_live_turn(self) -> None:
+        """A replan plans again only from where a change can reach (memsvc.domain.
+        replanning); planned through the last change, each version's layout is still the
+        plan of all the live turns."""
+        with self.svc.log.snapshot() as log:
+            row = log.conversation(self.conv)
+            assert row is not None
+            turns = log.live_turns(self.conv)
+            layouts = {
+                v: log.layout(self.conv, v)
+                for v in {row.active_version, row.building_version} - {0}
+                if row.planned_seq(v) == row.work_seq
+            }
+        for version, layout in layouts.items():
+            planned = plan_windows(turns, self.svc.projector.policy, self.svc.embedder.count_tokens)
+            assert {cid: r.source_hash for cid, r in layout.items() if not r.deleted} == {
+                w.chunk_id(self.conv, version): w.source_hash(version, self.svc.projector.policy)
+                for w in planned
+            }, version
 
     @invariant()
     def store_matches_layout(self) -> None:

@@ -149,11 +149,15 @@ class _Unit:
         return self.oversize or self.rule
 
 
+def starts_exchange(prev: StoredTurn, turn: StoredTurn) -> bool:
+    """A user's turn after someone else's starts an exchange."""
+    return turn.speaker == "user" and prev.speaker != "user"
+
+
 def _exchanges(turns: Sequence[StoredTurn]) -> list[list[StoredTurn]]:
     groups: list[list[StoredTurn]] = []
     for i, turn in enumerate(turns):
-        starts = i == 0 or (turn.speaker == "user" and turns[i - 1].speaker != "user")
-        if starts:
+        if i == 0 or starts_exchange(turns[i - 1], turn):
             groups.append([turn])
         else:
             groups[-1].append(turn)

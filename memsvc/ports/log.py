@@ -54,13 +54,25 @@ class LogReader(Protocol):
         """(min turn_id, max turn_id, count) over all stored events, deleted included."""
         ...
 
-    def live_turns(self, conversation_id: str) -> list[StoredTurn]:
-        """Non-deleted turns with text after cleaning, in turn order."""
+    def live_turns(self, conversation_id: str, from_turn: int | None = None) -> list[StoredTurn]:
+        """Non-deleted turns with text after cleaning, in turn order (those from
+        `from_turn` on, when given)."""
+        ...
+
+    def live_turn_before(self, conversation_id: str, turn_id: int, n: int) -> int | None:
+        """The `n`-th live turn with text before `turn_id`, counting back (None: fewer)."""
+        ...
+
+    def first_turn_written_since(self, conversation_id: str, seq: int) -> int | None:
+        """The first turn id among events written, deleted or purged by a change after
+        work sequence number `seq` (None: none)."""
         ...
 
     def live_turn_count(self, conversation_id: str) -> int: ...
 
-    def deleted_turn_ids(self, conversation_id: str) -> list[int]: ...
+    def deleted_turn_ids(self, conversation_id: str, from_turn: int | None = None) -> list[int]:
+        """Deleted turns in turn order (those from `from_turn` on, when given)."""
+        ...
 
     def conversations(self) -> list[str]:
         """Conversations with events."""
@@ -100,7 +112,12 @@ class LogReader(Protocol):
         ...
 
     # layout
-    def layout(self, conversation_id: str, version: int) -> dict[str, LayoutRow]: ...
+    def layout(
+        self, conversation_id: str, version: int, from_turn: int | None = None
+    ) -> dict[str, LayoutRow]:
+        """The version's layout rows (those starting at `from_turn` or later, when given),
+        deleted ones included."""
+        ...
 
     def conversation_layout(self, conversation_id: str) -> dict[str, LayoutRow]:
         """Every layout row of a conversation, all versions, deleted ones included."""
@@ -117,6 +134,11 @@ class LogReader(Protocol):
 
     def first_unindexed_turn(self, conversation_id: str, version: int) -> int | None:
         """The first turn of a live layout row of the version not in the store (None: all)."""
+        ...
+
+    def first_turn_to_render(self, conversation_id: str, version: int) -> int | None:
+        """The first turn of a live layout row of the version a replan renders again: not
+        in the store, or written before content hashes were kept (None: none)."""
         ...
 
     def history_spans(self, conversation_id: str, chunk_ids: Sequence[str]) -> dict[str, Span]:
@@ -218,7 +240,7 @@ class LogWriter(LogReader, Protocol):
         ...
 
     def set_tokens(self, rows: Iterable[tuple[int, str, int]]) -> None:
-        """(tokens, conversation, turn) rows."""
+        """(tokens, conversation, turn) rows; every layout is planned whole next time."""
         ...
 
     # layout

@@ -4,7 +4,8 @@ The event log is the only source of truth. For each conversation and chunk_versi
 *layout* is the set of chunks planned from the live (non-deleted) turns; the store holds
 what the layout holds, and nothing else stays live. Each step is here, in one place:
 
-- `replan` (plan) recomputes one version's layout from the live turns. New or changed
+- `replan` (plan) recomputes one version's layout from the live turns (from where the
+  changes since its last plan can reach: memsvc.domain.replanning). New or changed
   windows are rendered and become *pending* (not yet stored). Chunks that left the layout
   are *deleted* (they covered a turn now deleted: kept for audit, hidden in the store) or
   *superseded* (a tail replaced by a longer window: removed once its replacement is
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import structlog
 
-from memsvc.domain.chunking import plan_windows
+from memsvc.domain.chunking import ChunkWindow, plan_windows
 from memsvc.domain.hashing import content_hash, text_hash
 from memsvc.domain.records import Conversation, LayoutRow, StoredChunk
 from memsvc.domain.rendering import ChunkRenderer
@@ -47,6 +48,7 @@ from memsvc.domain.types import (
 )
 from memsvc.observability import metrics
 from memsvc.ports import ChunkStore, Embedder, EmbeddingCache, EventLog, LogWriter, WriterLocks
+from memsvc.services.plan_input import PlanInput, read_plan_input, whole_plan_input
 from memsvc.services.projection_write import RecordWrites
 from memsvc.services.vectors import ChunkVectors
 
@@ -99,12 +101,20 @@ class Projector(RecordWrites):
         conv = conversation_id
         with self.log.snapshot() as r:
             row = r.conversation(conv)
-            seq = row.work_seq if row is not None else 0
-            turns = r.live_turns(conv)
-            old = r.layout(conv, version)
-            deleted_turns = r.deleted_turn_ids(conv)
+            got = read_plan_input(r, conv, version, row)
         # Rendering (jieba, the tokenizer) runs outside any transaction on the shared log.
-        windows = plan_windows(turns, self.policy, self.embedder.count_tokens)
+        windows = plan_windows(got.turns, self.policy, self.embedder.count_tokens)
+        if (
+            got.from_turn is not None
+            and windows
+            and not self._resumes(windows[0], got, conv, version)
+        ):
+            # the layout before the change was planned otherwise (another chunk policy)
+            with self.log.snapshot() as r:
+                row = r.conversation(conv)
+                got = whole_plan_input(r, conv, version, row.work_seq if row else 0)
+            windows = plan_windows(got.turns, self.policy, self.embedder.count_tokens)
+        seq, old, deleted_turns = got.seq, got.old, got.deleted_turns
         pending: list[ChunkRecord] = []
         fresh: list[LayoutRow] = []
         current: set[str] = set()
@@ -156,6 +166,16 @@ class Projector(RecordWrites):
                 tx.clear_superseded(r.chunk_id for r in fresh)
                 tx.set_planned(conv, version, seq)
         return Replan(conv, version, pending, superseded, deleted)
+
+    def _resumes(self, first: ChunkWindow, got: PlanInput, conv: str, version: int) -> bool:
+        """Whether the first window planned again is the layout's window there, derived
+        from the same turns by the same policy (memsvc.domain.replanning)."""
+        row = got.old.get(first.chunk_id(conv, version))
+        return (
+            row is not None
+            and not row.deleted
+            and row.source_hash == first.source_hash(version, self.policy)
+        )
 
     def plan(self, conversation_id: str) -> list[ChunkRecord]:
         """The chunks a conversation's store still lacks (the active version's first, then

@@ -28,6 +28,8 @@ _EVENT_COLS = (
     " participants, tokens, deleted, payload"
 )
 _savepoints = count()
+# Below every turn id (ids are non-negative): "from the first turn".
+_NO_TURN = -1
 
 
 def _event(r: Row) -> EventRow:
@@ -193,12 +195,12 @@ class SqlLog(LayoutQueries, WorkQueries, TermQueries):
             return (0, -1, 0)
         return (int(row[0]), int(row[1]), int(row[2]))
 
-    def live_turns(self, conversation_id: str) -> list[StoredTurn]:
+    def live_turns(self, conversation_id: str, from_turn: int | None = None) -> list[StoredTurn]:
         rows = self.sql.rows(
             "SELECT turn_id, speaker, clean_text, timestamp, participants, speaker_name, tokens"
             " FROM events WHERE conversation_id = ? AND deleted = 0 AND clean_text != ''"
-            " ORDER BY turn_id",
-            (conversation_id,),
+            " AND turn_id >= ? ORDER BY turn_id",
+            (conversation_id, _NO_TURN if from_turn is None else from_turn),
         )
         return [
             StoredTurn(
@@ -212,6 +214,21 @@ class SqlLog(LayoutQueries, WorkQueries, TermQueries):
             )
             for r in rows
         ]
+
+    def live_turn_before(self, conversation_id: str, turn_id: int, n: int) -> int | None:
+        row = self.sql.one(
+            "SELECT turn_id FROM events WHERE conversation_id = ? AND deleted = 0"
+            " AND clean_text != '' AND turn_id < ? ORDER BY turn_id DESC LIMIT 1 OFFSET ?",
+            (conversation_id, turn_id, n - 1),
+        )
+        return None if row is None else int(row[0])
+
+    def first_turn_written_since(self, conversation_id: str, seq: int) -> int | None:
+        row = self.sql.one(
+            "SELECT MIN(turn_id) FROM events WHERE conversation_id = ? AND seq > ?",
+            (conversation_id, seq),
+        )
+        return None if row is None or row[0] is None else int(row[0])
 
     def live_turn_count(self, conversation_id: str) -> int:
         row = self.sql.one(
@@ -239,10 +256,11 @@ class SqlLog(LayoutQueries, WorkQueries, TermQueries):
                 for start, end in spans
             )
 
-    def deleted_turn_ids(self, conversation_id: str) -> list[int]:
+    def deleted_turn_ids(self, conversation_id: str, from_turn: int | None = None) -> list[int]:
         rows = self.sql.rows(
-            "SELECT turn_id FROM events WHERE conversation_id = ? AND deleted = 1 ORDER BY turn_id",
-            (conversation_id,),
+            "SELECT turn_id FROM events WHERE conversation_id = ? AND deleted = 1"
+            " AND turn_id >= ? ORDER BY turn_id",
+            (conversation_id, _NO_TURN if from_turn is None else from_turn),
         )
         return [int(r[0]) for r in rows]
 
@@ -304,6 +322,8 @@ class SqlLog(LayoutQueries, WorkQueries, TermQueries):
         self.sql.many(
             "UPDATE events SET tokens = ? WHERE conversation_id = ? AND turn_id = ?", rows
         )
+        # Layouts were planned from the old counts: the next replans plan them whole.
+        self.sql.run("UPDATE conversations SET active_planned_seq = 0, building_planned_seq = 0")
 
 
 class SqlEventLog:

@@ -47,10 +47,13 @@ class LayoutQueries:
     sql: Sql
 
     # -- reads ------------------------------------------------------------------------------
-    def layout(self, conversation_id: str, version: int) -> dict[str, LayoutRow]:
+    def layout(
+        self, conversation_id: str, version: int, from_turn: int | None = None
+    ) -> dict[str, LayoutRow]:
         rows = self.sql.rows(
-            f"SELECT {_LAYOUT_COLS} FROM layout WHERE conversation_id = ? AND chunk_version = ?",
-            (conversation_id, version),
+            f"SELECT {_LAYOUT_COLS} FROM layout WHERE conversation_id = ? AND chunk_version = ?"
+            " AND start_turn >= ?",
+            (conversation_id, version, -1 if from_turn is None else from_turn),
         )
         return {str(r[0]): _layout(r) for r in rows}
 
@@ -95,6 +98,14 @@ class LayoutQueries:
         row = self.sql.one(
             "SELECT MIN(start_turn) FROM layout WHERE conversation_id = ? AND chunk_version = ?"
             " AND deleted = 0 AND indexed = 0",
+            (conversation_id, version),
+        )
+        return None if row is None or row[0] is None else int(row[0])
+
+    def first_turn_to_render(self, conversation_id: str, version: int) -> int | None:
+        row = self.sql.one(
+            "SELECT MIN(start_turn) FROM layout WHERE conversation_id = ? AND chunk_version = ?"
+            " AND deleted = 0 AND (indexed = 0 OR content_hash = '')",
             (conversation_id, version),
         )
         return None if row is None or row[0] is None else int(row[0])
