@@ -4,7 +4,8 @@ and it depends on nothing of memsvc.
 - values: `types`, `records`, `errors`, `limits`, `ids`, `hashing`, `pages` (pages cut by
   bytes);
 - input: `text` (cleaning, RFC 3339), `validation`, `oversize`;
-- chunks: `chunking` (planning windows), `rendering` (windows into records), `prefix`
+- chunks: `chunking` (planning windows), `replanning` (where a plan can start again
+  after a change), `rendering` (windows into records), `prefix`
   (context prefixes, intent tags), `keyphrases` (an English window's topic), `standing`
   (standing instructions), `vectors` (what a chunk's vector is made of);
 - search: `bm25` (keyword terms, vectors and per-tenant statistics), `terms` (the words a

@@ -3,7 +3,8 @@
 - writes: `ingest` (build, append, upsert), `turns` (which events are new, edits,
   duplicates or refused; the ids the server gives), `keyed_writes` (a retried write
   answered once), `deletion` (delete, retire, purge);
-- the projection of the log into the store: `projection` (plan, reconcile),
+- the projection of the log into the store: `projection` (plan, reconcile), `plan_input`
+  (what a replan reads),
   `projection_write` (embed and write), `vectors` (through the embedding cache),
   `indexing` (the worker's lease loop), `bootstrap` (start-up steps), `audit` (the store
   checked against the log), `fleet` (one projection per fleet);
