@@ -177,20 +177,22 @@ def test_whole_conversation_erasure_needs_yes_and_retire(target: str, tmp_path: 
 
 def test_export_is_a_backup_that_append_takes_back(target: str, tmp_path: Path) -> None:
     """export → append on a fresh server: the same conversation, the same chunks; deleted
-    turns stay out (re-imported with --allow-gaps)."""
+    turns stay out (re-imported with --allow-gaps). The conversation has a tenant of its own:
+    keyword statistics are per tenant, and the module's server holds other tenants' turns."""
+    conv = "exp/backup"
     events = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
     source = tmp_path / "source.jsonl"
-    source.write_text("".join(json.dumps(dict(e, conversation_id="exp")) + "\n" for e in events))
+    source.write_text("".join(json.dumps(dict(e, conversation_id=conv)) + "\n" for e in events))
     assert cli(target, "append", str(source), "--wait").returncode == 0
-    assert cli(target, "delete", "--conversation", "exp", "--turns", "4-4").returncode == 0
+    assert cli(target, "delete", "--conversation", conv, "--turns", "4-4").returncode == 0
     backup = tmp_path / "backup.jsonl"
-    done = cli(target, "export", "--conversation", "exp", "--output", str(backup))
+    done = cli(target, "export", "--conversation", conv, "--output", str(backup))
     assert done.returncode == 0 and "exported 9 events" in done.stderr, done.stderr
     assert backup.stat().st_mode & 0o777 == 0o600  # personal data: the owner's alone
     exported = [json.loads(line) for line in backup.read_text().splitlines()]
     assert [e["turn_id"] for e in exported] == [0, 1, 2, 3, 5, 6, 7, 8, 9]
-    assert exported[0] == dict(events[0], conversation_id="exp")  # as appended
-    newest = cli(target, "export", "--conversation", "exp", "--last", "3")
+    assert exported[0] == dict(events[0], conversation_id=conv)  # as appended
+    newest = cli(target, "export", "--conversation", conv, "--last", "3")
     assert [json.loads(line)["turn_id"] for line in newest.stdout.splitlines()] == [7, 8, 9]
 
     port = free_port()
@@ -204,10 +206,10 @@ def test_export_is_a_backup_that_append_takes_back(target: str, tmp_path: Path) 
         assert "accepted 9, duplicates 0, errors 0" in done.stdout
         for query in ("what is the dog called?", "peanut allergy"):
             before = json.loads(
-                cli(target, "search", query, "--conversation", "exp", "--json").stdout
+                cli(target, "search", query, "--conversation", conv, "--json").stdout
             )
             after = json.loads(
-                cli(restored, "search", query, "--conversation", "exp", "--json").stdout
+                cli(restored, "search", query, "--conversation", conv, "--json").stdout
             )
             assert [h["text"] for h in after["hits"]] == [h["text"] for h in before["hits"]]
     finally:
