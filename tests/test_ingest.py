@@ -522,6 +522,29 @@ def test_a_log_of_the_previous_schema_counts_its_tenants_keyword_statistics(
         assert r.term_frequencies(bm25.EVERYONE, [puppy, gone]) == (3, {puppy: 3})
 
 
+def test_a_log_of_the_previous_schema_finds_layout_rows_by_their_first_turn(
+    tmp_path: Path,
+) -> None:
+    """A log written before its layout was indexed by first turn (schema 7) opens with the
+    indexes, and its rows answer the replan's and the index step's questions as before."""
+    rows = [("c-0", 0, 1, 1, "h0"), ("c-1", 2, 3, 0, ""), ("c-2", 4, 5, 1, "")]
+    log = log_written_at_schema(
+        tmp_path,
+        7,
+        "INSERT INTO layout (chunk_id, conversation_id, chunk_version, start_turn, end_turn,"
+        " source_hash, text_hash, indexed, content_hash) VALUES "
+        + ", ".join(f"('{c}', 'old', 1, {a}, {b}, 's', 't', {i}, '{h}')" for c, a, b, i, h in rows),
+    )
+    with log.snapshot() as r:
+        assert sorted(r.layout("old", 1, from_turn=2)) == ["c-1", "c-2"]
+        assert r.first_unindexed_turn("old", 1) == 2
+        assert r.first_turn_to_render("old", 1) == 2
+        indexes = {
+            str(row[0]) for row in r.sql.rows("SELECT name FROM sqlite_master WHERE type = 'index'")
+        }
+    assert {"layout_start", "layout_unstored", "layout_unhashed"} <= indexes
+
+
 def test_export_reads_only_the_turns_asked_for(services: Services) -> None:
     """ExportEvents' `turn_range`: the turns a search hit covers (an adapter gives each its
     own memory), without reading the rest; deleted turns left out; pages follow tokens."""

@@ -13,6 +13,7 @@ from memsvc.storage.sqlite.schema import (
     LAYOUT_STANDING,
     TRACE_LINKS,
     SchemaTooNew,
+    layout_spans,
     term_docs,
 )
 
@@ -136,7 +137,7 @@ def _v5(sql: Sql) -> None:
         sql.run(statement)
 
 
-MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3, _v4, _v5, term_docs)
+MIGRATIONS: tuple[Migration, ...] = (_v1, _v2, _v3, _v4, _v5, term_docs, layout_spans)
 
 
 def migrate(sql: Sql, migrations: Sequence[Migration] = MIGRATIONS) -> tuple[int, int]:

@@ -19,7 +19,7 @@ from memsvc.domain.chunking import StoredTurn
 from memsvc.domain.records import EventRow
 from memsvc.ports import Span
 from memsvc.storage.sql.connection import Database, Row, Sql, chunked, marks
-from memsvc.storage.sql.layout import LayoutQueries
+from memsvc.storage.sql.layout import NO_TURN, LayoutQueries
 from memsvc.storage.sql.term_docs import TermQueries
 from memsvc.storage.sql.work import WorkQueries
 
@@ -28,8 +28,6 @@ _EVENT_COLS = (
     " participants, tokens, deleted, payload"
 )
 _savepoints = count()
-# Below every turn id (ids are non-negative): "from the first turn".
-_NO_TURN = -1
 
 
 def _event(r: Row) -> EventRow:
@@ -141,14 +139,21 @@ class SqlLog(LayoutQueries, WorkQueries, TermQueries):
         return None if row is None else int(row[0])
 
     def seq_through(self, conversation_id: str, turn_id: int) -> int | None:
-        row = self.sql.one(
-            "SELECT MAX(seq), SUM(CASE WHEN turn_id = ? THEN 1 ELSE 0 END) FROM events"
-            " WHERE conversation_id = ? AND turn_id <= ?",
-            (turn_id, conversation_id, turn_id),
-        )
-        if row is None or row[0] is None or not row[1]:
+        if (
+            self.sql.one(
+                "SELECT 1 FROM events WHERE conversation_id = ? AND turn_id = ?",
+                (conversation_id, turn_id),
+            )
+            is None
+        ):
             return None
-        return int(row[0])
+        # Newest seq first (events_seq): the turns after turn_id are few when it is recent.
+        row = self.sql.one(
+            "SELECT seq FROM events WHERE conversation_id = ? AND turn_id <= ?"
+            " ORDER BY seq DESC LIMIT 1",
+            (conversation_id, turn_id),
+        )
+        return None if row is None else int(row[0])
 
     def put_events(self, events: Iterable[EventRow], seq: int) -> None:
         by_conversation: dict[str, list[EventRow]] = {}
@@ -200,7 +205,7 @@ class SqlLog(LayoutQueries, WorkQueries, TermQueries):
             "SELECT turn_id, speaker, clean_text, timestamp, participants, speaker_name, tokens"
             " FROM events WHERE conversation_id = ? AND deleted = 0 AND clean_text != ''"
             " AND turn_id >= ? ORDER BY turn_id",
-            (conversation_id, _NO_TURN if from_turn is None else from_turn),
+            (conversation_id, NO_TURN if from_turn is None else from_turn),
         )
         return [
             StoredTurn(
@@ -260,7 +265,7 @@ class SqlLog(LayoutQueries, WorkQueries, TermQueries):
         rows = self.sql.rows(
             "SELECT turn_id FROM events WHERE conversation_id = ? AND deleted = 1"
             " AND turn_id >= ? ORDER BY turn_id",
-            (conversation_id, _NO_TURN if from_turn is None else from_turn),
+            (conversation_id, NO_TURN if from_turn is None else from_turn),
         )
         return [int(r[0]) for r in rows]
 

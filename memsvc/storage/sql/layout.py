@@ -21,6 +21,9 @@ from memsvc.domain.records import LayoutRow
 from memsvc.ports import Span
 from memsvc.storage.sql.connection import Row, Sql, chunked, marks
 
+# Below every turn id (ids are non-negative): "from the first turn".
+NO_TURN = -1
+
 _LAYOUT_COLS = (
     "chunk_id, conversation_id, chunk_version, start_turn, end_turn, source_hash, text_hash,"
     " deleted, indexed, content_hash, standing"
@@ -53,7 +56,7 @@ class LayoutQueries:
         rows = self.sql.rows(
             f"SELECT {_LAYOUT_COLS} FROM layout WHERE conversation_id = ? AND chunk_version = ?"
             " AND start_turn >= ?",
-            (conversation_id, version, -1 if from_turn is None else from_turn),
+            (conversation_id, version, NO_TURN if from_turn is None else from_turn),
         )
         return {str(r[0]): _layout(r) for r in rows}
 
@@ -95,17 +98,21 @@ class LayoutQueries:
 
     def first_unindexed_turn(self, conversation_id: str, version: int) -> int | None:
         """The first turn of a live layout row of this version not yet in the store."""
-        row = self.sql.one(
-            "SELECT MIN(start_turn) FROM layout WHERE conversation_id = ? AND chunk_version = ?"
-            " AND deleted = 0 AND indexed = 0",
-            (conversation_id, version),
-        )
-        return None if row is None or row[0] is None else int(row[0])
+        return self._first_live_start(conversation_id, version, "indexed = 0")
 
     def first_turn_to_render(self, conversation_id: str, version: int) -> int | None:
+        # Two lookups, one per partial index (layout_unstored, layout_unhashed): an OR of
+        # both conditions would scan every row of the conversation.
+        starts = [
+            self._first_live_start(conversation_id, version, condition)
+            for condition in ("indexed = 0", "content_hash = ''")
+        ]
+        return min((s for s in starts if s is not None), default=None)
+
+    def _first_live_start(self, conversation_id: str, version: int, condition: str) -> int | None:
         row = self.sql.one(
             "SELECT MIN(start_turn) FROM layout WHERE conversation_id = ? AND chunk_version = ?"
-            " AND deleted = 0 AND (indexed = 0 OR content_hash = '')",
+            f" AND deleted = 0 AND {condition}",
             (conversation_id, version),
         )
         return None if row is None or row[0] is None else int(row[0])

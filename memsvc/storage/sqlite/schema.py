@@ -256,6 +256,24 @@ def term_docs(sql: Sql) -> None:
     count_all_terms(sql)
 
 
+# A replan reads the layout from the turn a change can reach, and the index step asks for
+# the first row still to render or store: without these, both scan every row of the
+# conversation (a few ms per call at 10,000 turns).
+LAYOUT_SPANS = (
+    "CREATE INDEX layout_start ON layout (conversation_id, chunk_version, start_turn)",
+    "CREATE INDEX layout_unstored ON layout (conversation_id, chunk_version, start_turn)"
+    " WHERE deleted = 0 AND indexed = 0",
+    "CREATE INDEX layout_unhashed ON layout (conversation_id, chunk_version, start_turn)"
+    " WHERE deleted = 0 AND content_hash = ''",
+)
+
+
+def layout_spans(sql: Sql) -> None:
+    """Layout rows are found by their first turn (replans and the index step read a few)."""
+    for statement in LAYOUT_SPANS:
+        sql.run(statement)
+
+
 LOG_MIGRATIONS: tuple[Migration, ...] = (
     _log_v1,
     _log_v2,
@@ -264,6 +282,7 @@ LOG_MIGRATIONS: tuple[Migration, ...] = (
     _log_v5,
     _log_v6,
     term_docs,
+    layout_spans,
 )
 
 
