@@ -15,11 +15,11 @@ from memsvc.domain.chunking import ChunkPolicy
 from memsvc.domain.errors import StoreUnavailable
 from memsvc.domain.oversize import Oversize
 from memsvc.domain.prefix import KeywordExtractor
-from memsvc.domain.records import ServerDescription
+from memsvc.domain.records import ModelMoveStatus, ServerDescription
 from memsvc.domain.rendering import ChunkRenderer
 from memsvc.domain.types import SearchMode
 from memsvc.embedding.batching import QueryBatcher
-from memsvc.embedding.providers import load_embedder
+from memsvc.embedding.providers import load_embedder, load_previous_embedder
 from memsvc.observability import metrics, startup, tracing
 from memsvc.ports import Embedder, EmbeddingCache, EventLog, IndexQueue, Notifier, WriterLocks
 from memsvc.services import bootstrap
@@ -31,11 +31,19 @@ from memsvc.services.fleet import FleetSettings
 from memsvc.services.health import Health
 from memsvc.services.indexing import IndexWorker, WorkerSettings, worker_identity
 from memsvc.services.ingest import IngestService
+from memsvc.services.model_move import (
+    ModelMove,
+    move_notice,
+    previous_collection,
+    record_served,
+)
+from memsvc.services.moving_search import MovingSearch
 from memsvc.services.projection import Projector
 from memsvc.services.recent_records import RecentRecords
 from memsvc.services.search import Fusion, SearchService, SearchTuning
 from memsvc.storage import datadir, sqlite
 from memsvc.storage.milvus import lite
+from memsvc.storage.milvus.previous import PreviousCollection
 from memsvc.storage.milvus.store import MilvusChunkStore
 from memsvc.storage.milvus.watch import StoreWatch
 from memsvc.storage.sqlite.notify import LocalNotifier
@@ -99,7 +107,7 @@ class Services:
     projector: Projector
     ingest: IngestService
     deletion: DeletionService
-    search: SearchService
+    search: MovingSearch
     worker: IndexWorker
     control: IndexControl
     store_watch: StoreWatch
@@ -107,11 +115,14 @@ class Services:
     store_audit: StoreAudit
     fleet: FleetSettings
     backend: Backend
+    model_move: ModelMove | None = None
 
     def close(self) -> None:
         """Worker first (it finishes or hands back its step), the store, then the log.
         After a purge the files are rewritten without the purged text (erasure)."""
         self.worker.stop()
+        if self.model_move is not None:
+            self.model_move.stop()
         self.search.close()
         self.store_audit.stop()
         if self.settings.database_url:
@@ -134,6 +145,7 @@ class Services:
         info = self.embedder.info
         # the local model names the runtime of each path (memsvc.embedding.tuning)
         runtime = getattr(self.embedder, "runtime_label", info.provider)
+        move = self._move()
         return ServerDescription(
             version=package_version(),
             model=info.name,
@@ -141,8 +153,12 @@ class Services:
             dim=info.dim,
             embed_backend=runtime if info.provider == "local" else info.provider,
             log_backend="postgres" if self.settings.database_url else "sqlite",
-            model_notice=info.notice,
+            model_notice=" ".join(filter(None, [info.notice, move_notice(move) if move else ""])),
+            model_move=move,
         )
+
+    def _move(self) -> ModelMoveStatus | None:
+        return None if self.model_move is None else self.model_move.progress()
 
     def gauges(self) -> metrics.GaugeReading:
         return metrics.GaugeReading(
@@ -153,6 +169,7 @@ class Services:
             self.health.log_up,
             chunks_stored=self._chunks_stored(),
             embedder_up=self.embedder_watch.up,
+            model_move=None if (move := self._move()) is None else _rebuilt_and_left(move),
         )
 
     def _chunks_stored(self) -> int | None:
@@ -163,6 +180,10 @@ class Services:
             return self.store.count(deleted=False)
         except StoreUnavailable:
             return None
+
+
+def _rebuilt_and_left(move: ModelMoveStatus) -> tuple[int, int]:
+    return move.conversations - move.left, move.left
 
 
 def _erase_files(log_: EventLog, cache: EmbeddingCache) -> None:
@@ -279,6 +300,14 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         bootstrap.recount_tokens_if_tokenizer_changed(events, embedder)
         bootstrap.follow_store_identity(events, store.identity)
         bootstrap.follow_cache_identity(events, cache, embedder.identity)
+        moving_from = previous_collection(
+            events,
+            store.collection,
+            store.base_collection,
+            lambda name: PreviousCollection.recorded(store, name),
+        )
+        if moving_from is None:
+            record_served(events, store.collection, embedder.identity)
     health = Health(events, None if settings.database_url else settings.data_dir)
     renderer = ChunkRenderer(KeywordExtractor(), embedder.count_tokens, policy)
     projector = Projector(events, store, embedder, cache, renderer, locks)
@@ -300,14 +329,21 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         keyword_weight=settings.search_keyword_weight,
         fusion=Fusion(settings.search_fusion),
     )
-    search = SearchService(
-        store,
-        events,
-        embedder,
-        QueryBatcher(embedder),
-        tuning,
-        RecentRecords(settings.search_recent_records),
+    search = MovingSearch(
+        SearchService(
+            store,
+            events,
+            embedder,
+            QueryBatcher(embedder),
+            tuning,
+            RecentRecords(settings.search_recent_records),
+        )
     )
+    move = None
+    if moving_from is not None:
+        startup.enter("loading the previous model")
+        move = _model_move(settings, embedder, store, moving_from, events, tuning, search)
+        deletion.on_purge(move.forget)
     log.info("store_ready", uri=store.uri, collection=store.collection)
     worker = IndexWorker(
         events,
@@ -341,6 +377,8 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
     if settings.database_url:
         fleet.start()
     worker.start()
+    if move is not None and not move.check():
+        move.start()
     services = Services(
         settings,
         embedder,
@@ -362,6 +400,7 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         audit,
         fleet,
         backend,
+        move,
     )
     served = services.describe()
     tracing.describe(
@@ -371,3 +410,37 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         served.embed_backend,
     )
     return services
+
+
+def _model_move(
+    settings: Settings,
+    embedder: Embedder,
+    store: MilvusChunkStore,
+    moving_from: str,
+    events: EventLog,
+    tuning: SearchTuning,
+    search: MovingSearch,
+) -> ModelMove:
+    """Searches answer from the collection before while the store is rebuilt for this
+    model (memsvc.services.model_move), with the model that wrote it where it loads."""
+    model = PreviousCollection.recorded(store, moving_from)
+    assert model is not None  # previous_collection found it
+    previous_store = PreviousCollection(store, moving_from, model)
+    previous_embedder = load_previous_embedder(settings, embedder, model)
+    search.previous = SearchService(
+        previous_store,
+        events,
+        previous_embedder or embedder,
+        QueryBatcher(previous_embedder or embedder),
+        tuning,
+        RecentRecords(settings.search_recent_records),
+    )
+    search.move = ModelMove(
+        events,
+        previous_store,
+        store.collection,
+        embedder.identity,
+        previous_model_serves=previous_embedder is not None,
+        on_done=search.end_move,
+    )
+    return search.move

@@ -193,7 +193,7 @@ def test_window_hits_on_the_graph_narrow_to_their_turns(
     svc = build_services(make_settings(tmp_path, embed_model=E5_MODEL_NAME), embedder=on_graph)
     try:
         svc.ingest.upsert(svc.ingest.build(chat("e5n", 48)).chunks)
-        hits = search(svc, "e5n", 20, mode=svc.search.tuning.default_mode)
+        hits = search(svc, "e5n", 20, mode=svc.search.current.tuning.default_mode)
         assert any(h.turns for h in hits), [h.metadata.turn_range for h in hits]
     finally:
         svc.close()

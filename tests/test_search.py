@@ -198,7 +198,7 @@ def removed_before_the_read(
 ) -> None:
     """From now on the store's reads miss `removed`, as if it went between a search and
     its read; recent records are forgotten, so the next search reads its hits."""
-    monkeypatch.setattr(services.search.selector, "recent", RecentRecords(0))
+    monkeypatch.setattr(services.search.current.selector, "recent", RecentRecords(0))
     real_get = services.store.get
 
     def get_without(chunk_ids: list[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
@@ -365,7 +365,7 @@ def test_a_store_row_that_differs_from_the_log_is_never_returned(
         [dataclasses.replace(target, record=forged, content_hash=content_hash(forged))]
     )
     if not kept:
-        monkeypatch.setattr(services.search.selector, "recent", RecentRecords(0))
+        monkeypatch.setattr(services.search.current.selector, "recent", RecentRecords(0))
     after = services.search.search(request_).hits
     assert after and all("forged" not in h.text for h in after)
     with services.log.snapshot() as r:

@@ -139,7 +139,7 @@ def test_a_search_asks_the_store_for_rules_only_where_the_log_holds_some(
     chat = [f"Let's talk about day {i} of the hiking trip and the weather." for i in range(8)]
     for conv, texts in (("rules", [rule, "Noted, I will.", *chat]), ("plain", chat)):
         services.ingest.upsert(services.ingest.build(conversation(conv, texts)).chunks)
-    store = services.search.store
+    store = services.search.current.store
     searched: list[str] = []
     search_dense = store.search_dense
 

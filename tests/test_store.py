@@ -235,12 +235,20 @@ def test_collection_of_an_older_schema_keeps_working_and_says_how_to_upgrade(
     store.close()
 
 
-def test_model_mismatch_is_a_clear_error(tmp_path: Path) -> None:
+def test_another_model_gets_a_collection_of_its_own_beside(tmp_path: Path) -> None:
+    """Vectors of two models are never mixed: another model (or dimension) than the one
+    that wrote the configured collection writes a successor beside it (a model move,
+    memsvc.services.model_move), and a later start of that model finds it there."""
     ChunkStore(str(tmp_path / "m.db"), "c", ident("model-a")).close()
-    with pytest.raises(FailedPrecondition, match="model-a"):
-        ChunkStore(str(tmp_path / "m.db"), "c", ident("model-b"))
-    with pytest.raises(FailedPrecondition, match="dim"):
-        ChunkStore(str(tmp_path / "m.db"), "c", ident("model-a", dim=DIM * 2))
+    other = ChunkStore(str(tmp_path / "m.db"), "c", ident("org/Model-B"))
+    assert (other.base_collection, other.collection) == ("c", f"c__model_b_{DIM}")
+    other.close()
+    wider = ChunkStore(str(tmp_path / "m.db"), "c", ident("model-a", dim=DIM * 2))
+    assert wider.collection == f"c__model_a_{DIM * 2}"
+    wider.close()
+    again = ChunkStore(str(tmp_path / "m.db"), "c", ident("model-a"))
+    assert again.collection == "c"
+    again.close()
 
 
 def _probe_vectors(seed: int) -> list[list[float]]:
@@ -249,8 +257,8 @@ def _probe_vectors(seed: int) -> list[list[float]]:
 
 
 def test_the_fingerprint_decides_whatever_the_names(tmp_path: Path) -> None:
-    """Same name, other weights: refused, naming both. Other name (the local model moved
-    to a server), same vectors: served, identity unchanged, so nothing is rebuilt."""
+    """Other name (the local model moved to a server), same vectors: served, identity
+    unchanged, so nothing is rebuilt. Same name, other weights: another model."""
     a = _probe_vectors(1)
     first = ChunkStore(str(tmp_path / "m.db"), "c", ident("m", fingerprint=a))
     identity = first.identity
@@ -263,8 +271,13 @@ def test_the_fingerprint_decides_whatever_the_names(tmp_path: Path) -> None:
     assert served.identity == identity
     assert any(e["event"] == "collection_model_alias" for e in logs)
     served.close()
+    # new weights under the name: a successor of their own; a third set of weights under
+    # it finds the successor written by the second: refused, naming both
+    second = ChunkStore(str(tmp_path / "m.db"), "c", ident("m", fingerprint=_probe_vectors(2)))
+    assert second.collection == f"c__m_{DIM}"
+    second.close()
     with pytest.raises(FailedPrecondition) as refused:
-        ChunkStore(str(tmp_path / "m.db"), "c", ident("m", fingerprint=_probe_vectors(2)))
+        ChunkStore(str(tmp_path / "m.db"), "c", ident("m", fingerprint=_probe_vectors(3)))
     message = str(refused.value)
     assert "local model 'm'" in message and "cosine" in message
     assert "MEMSVC_COLLECTION" in message

@@ -116,7 +116,9 @@ def _families() -> list[tuple[str, str, str, list[str]]]:
             name = str(value._name) + ("_total" if kind == "counter" else "")
             found.append((name, kind, str(value._documentation), list(value._labelnames)))
     # gauges read at scrape time: collected once from a reading of nothing
-    reading = metrics.GaugeReading(QueueGauges(0, {}, None), False, True, chunks_stored=0)
+    reading = metrics.GaugeReading(
+        QueueGauges(0, {}, None), False, True, chunks_stored=0, model_move=(0, 0)
+    )
     gauges = metrics.ServiceGauges()
     gauges.read = lambda: reading
     for family in gauges.collect():

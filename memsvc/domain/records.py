@@ -278,3 +278,17 @@ class ServerDescription:
     embed_backend: str  # onnx | torch | openai
     log_backend: str  # sqlite | postgres
     model_notice: str = ""  # ModelInfo.notice
+    # A model move in progress (memsvc.services.model_move), else None.
+    model_move: ModelMoveStatus | None = None
+
+
+@dataclass(frozen=True)
+class ModelMoveStatus:
+    """A model move's progress, as GetIndexStatus reports it."""
+
+    from_model: str
+    from_collection: str
+    to_collection: str
+    conversations: int
+    left: int
+    previous_model_serves: bool

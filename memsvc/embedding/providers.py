@@ -11,7 +11,12 @@ import structlog
 
 from memsvc.config import Settings
 from memsvc.domain.errors import EmbedderError, EmbedderUnavailable
-from memsvc.domain.model_identity import PROBE_TEXTS, ModelIdentity, encode_fingerprint
+from memsvc.domain.model_identity import (
+    PROBE_TEXTS,
+    ModelIdentity,
+    encode_fingerprint,
+    mismatch,
+)
 from memsvc.embedding import e5
 from memsvc.ports import Embedder
 
@@ -37,6 +42,31 @@ def load_embedder(settings: Settings) -> Embedder:
             raise RuntimeError(f"{_SLIM_INSTALL} ({exc})") from exc
     embedder.identity = fingerprinted(embedder)
     return embedder
+
+
+def load_previous_embedder(
+    settings: Settings, embedder: Embedder, model: ModelIdentity
+) -> Embedder | None:
+    """The model that wrote the collection before a model move, for its searches while
+    the move lasts (memsvc.services.model_move): the one serving if its vectors are the
+    same, else loaded (a bundled model, a local directory, the hub's cache); None if it
+    cannot be (its collection then answers by keywords)."""
+    if mismatch(model, embedder.identity) is None:
+        return embedder
+    if model.provider != "local":
+        return None
+    try:
+        previous = load_embedder(
+            settings.model_copy(update={"embed_model": model.model, "embed_fallback": False})
+        )
+    except Exception as exc:
+        log.warning("previous_model_unavailable", model=model.describe(), error=str(exc)[:300])
+        return None
+    why = mismatch(model, previous.identity)
+    if why is not None:
+        log.warning("previous_model_unavailable", model=model.describe(), error=why)
+        return None
+    return previous
 
 
 _SLIM_INSTALL = (

@@ -230,6 +230,8 @@ class GaugeReading:
     log_up: bool = True
     chunks_stored: int | None = None
     embedder_up: bool = True
+    # A model move in progress: (conversations rebuilt, conversations left).
+    model_move: tuple[int, int] | None = None
 
 
 class ServiceGauges(Collector):  # type: ignore[misc]
@@ -294,6 +296,16 @@ class ServiceGauges(Collector):  # type: ignore[misc]
                 " chunk version).",
                 value=reading.chunks_stored,
             )
+        if reading.model_move is not None:
+            move = GaugeMetricFamily(
+                "memsvc_model_move_conversations",
+                "While the store is rebuilt for a new model: conversations rebuilt and left"
+                " (searches answer from the collection before for those left).",
+                labels=["state"],
+            )
+            move.add_metric(["rebuilt"], reading.model_move[0])
+            move.add_metric(["left"], reading.model_move[1])
+            yield move
         yield GaugeMetricFamily(
             "memsvc_disk_full",
             "1 while writes fail because the disk under the data dir is full (DISK_FULL).",

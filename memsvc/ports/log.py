@@ -105,6 +105,15 @@ class LogReader(Protocol):
         """Conversations with a row (events or work), all or those under the prefixes."""
         ...
 
+    def unreconciled(self, conversation_ids: Sequence[str] = ()) -> list[str]:
+        """Of those named (none: every one), the conversations whose last reconcile is not
+        done yet, sorted."""
+        ...
+
+    def reconcile_counts(self) -> tuple[int, int]:
+        """(conversations, of them not yet reconciled)."""
+        ...
+
     def active_versions_of_multi(
         self, conversation_ids: Sequence[str] = ()
     ) -> dict[int, list[str]]:

@@ -9,7 +9,7 @@ the log no longer holds live (memsvc.services.search verifies hits)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 
 import structlog
@@ -53,6 +53,12 @@ class DeletionService:
         self.projector = projector
         self.locks = locks
         self.notifier = notifier
+        self._purge_listeners: list[Callable[[str, list[int]], None]] = []
+
+    def on_purge(self, listener: Callable[[str, list[int]], None]) -> None:
+        """`listener(conversation_id, turn_ids)` after a purge of those turns: other copies
+        of their text (a model move's previous collection) forget them too."""
+        self._purge_listeners.append(listener)
 
     # -- LogicalDeleteBySource ------------------------------------------------------------
     def delete(
@@ -284,6 +290,8 @@ class DeletionService:
             tx.set_meta(ERASURE_EPOCH, str(int(tx.get_meta(ERASURE_EPOCH) or 0) + 1))
         reconciled = self.projector.reconcile(conv)
         self.projector.settle(conv)
+        for listener in self._purge_listeners:
+            listener(conv, turns)
         return max(len(deleted), reconciled.removed), len(turns)
 
 

@@ -294,9 +294,7 @@ class SearchService:
             top, records, narrowed = self.selector.top(
                 ranked, top_k, known, audit, coverage, narrowing
             )
-        hits = _in_order(
-            [_hit(cid, score, records[cid], narrowed) for cid, score in top], req.order
-        )
+        hits = in_order([_hit(cid, score, records[cid], narrowed) for cid, score in top], req.order)
         standing_hits = list(given.values())
         if req.explain:
             hits = _explained(hits, req.query_text, dense, keyword)
@@ -391,7 +389,7 @@ class SearchService:
             return SearchScope(f, prefixes, r.active_versions_of_multi(f.conversation_ids))
 
 
-def _in_order(hits: list[Hit], order: SearchOrder) -> list[Hit]:
+def in_order(hits: list[Hit], order: SearchOrder) -> list[Hit]:
     """Hits as ranked, or in conversation time order (oldest or newest first)."""
     if order is SearchOrder.RELEVANCE:
         return hits

@@ -559,7 +559,7 @@ class ServerFigures(_message.Message):
     def __init__(self, uptime_s: _Optional[float] = ..., chunks_written: _Optional[int] = ..., searches: _Optional[int] = ..., search_latency_bounds_s: _Optional[_Iterable[float]] = ..., search_latency_counts: _Optional[_Iterable[int]] = ..., index_lag_count: _Optional[int] = ..., index_lag_sum_s: _Optional[float] = ...) -> None: ...
 
 class ServerInfo(_message.Message):
-    __slots__ = ("version", "model", "model_fallback", "dim", "embed_backend", "log_backend", "model_notice")
+    __slots__ = ("version", "model", "model_fallback", "dim", "embed_backend", "log_backend", "model_notice", "model_move")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODEL_FALLBACK_FIELD_NUMBER: _ClassVar[int]
@@ -567,6 +567,7 @@ class ServerInfo(_message.Message):
     EMBED_BACKEND_FIELD_NUMBER: _ClassVar[int]
     LOG_BACKEND_FIELD_NUMBER: _ClassVar[int]
     MODEL_NOTICE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_MOVE_FIELD_NUMBER: _ClassVar[int]
     version: str
     model: str
     model_fallback: bool
@@ -574,7 +575,24 @@ class ServerInfo(_message.Message):
     embed_backend: str
     log_backend: str
     model_notice: str
-    def __init__(self, version: _Optional[str] = ..., model: _Optional[str] = ..., model_fallback: _Optional[bool] = ..., dim: _Optional[int] = ..., embed_backend: _Optional[str] = ..., log_backend: _Optional[str] = ..., model_notice: _Optional[str] = ...) -> None: ...
+    model_move: ModelMove
+    def __init__(self, version: _Optional[str] = ..., model: _Optional[str] = ..., model_fallback: _Optional[bool] = ..., dim: _Optional[int] = ..., embed_backend: _Optional[str] = ..., log_backend: _Optional[str] = ..., model_notice: _Optional[str] = ..., model_move: _Optional[_Union[ModelMove, _Mapping]] = ...) -> None: ...
+
+class ModelMove(_message.Message):
+    __slots__ = ("from_model", "from_collection", "to_collection", "conversations", "left", "previous_model_serves")
+    FROM_MODEL_FIELD_NUMBER: _ClassVar[int]
+    FROM_COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    TO_COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_MODEL_SERVES_FIELD_NUMBER: _ClassVar[int]
+    from_model: str
+    from_collection: str
+    to_collection: str
+    conversations: int
+    left: int
+    previous_model_serves: bool
+    def __init__(self, from_model: _Optional[str] = ..., from_collection: _Optional[str] = ..., to_collection: _Optional[str] = ..., conversations: _Optional[int] = ..., left: _Optional[int] = ..., previous_model_serves: _Optional[bool] = ...) -> None: ...
 
 class WaitForIndexedRequest(_message.Message):
     __slots__ = ("conversation_id", "turn_id", "timeout_ms")

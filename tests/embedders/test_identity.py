@@ -1,13 +1,11 @@
 """The model's identity guard: the collection records provider, model, dimension and the
 fingerprint of what the model writes. The same vectors under another name are served;
-another model (even under the same name) is refused at start, naming both; a new
-collection rebuilds everything from the log with the new model."""
+another model (even under the same name) gets a collection of its own, rebuilt from the
+log while searches answer from the collection before (memsvc.services.model_move)."""
 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +14,6 @@ import pytest
 from structlog.testing import capture_logs
 
 from memsvc.app import build_services
-from memsvc.domain.errors import FailedPrecondition
 from memsvc.domain.types import SearchFilters, SearchRequest
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder
 from memsvc.embedding.providers import load_embedder
@@ -25,7 +22,6 @@ from tests.support.embedding_server import (
     InfinityServer,
     bundled_model_dir,
 )
-from tests.support.launch import free_port
 from tests.support.waiting import until_idle
 
 pytestmark = pytest.mark.embedders
@@ -80,7 +76,7 @@ def test_the_local_model_moved_to_a_server_keeps_its_collection(
         moved.close()
 
 
-def test_another_model_is_refused_naming_both_and_a_new_collection_rebuilds(
+def test_another_model_moves_to_a_collection_of_its_own_rebuilt_from_the_log(
     tmp_path: Path, embedder: Embedder, infinity_b: InfinityServer
 ) -> None:
     first = build_services(make_settings(tmp_path), embedder=embedder)
@@ -91,35 +87,27 @@ def test_another_model_is_refused_naming_both_and_a_new_collection_rebuilds(
 
     settings = remote_settings(tmp_path, infinity_b.url, embed_model="model-b")
     model_b = load_embedder(settings)
-    with pytest.raises(FailedPrecondition) as refused:
-        build_services(settings, embedder=model_b)
-    message = str(refused.value)
-    assert f"local model {BUNDLED_MODEL_NAME!r}" in message
-    assert "openai model 'model-b'" in message
-    assert "MEMSVC_COLLECTION" in message
-
-    # The documented way over: a new collection, rebuilt from the log by the new model.
-    renamed = remote_settings(
-        tmp_path, infinity_b.url, embed_model="model-b", collection="chunks_model_b"
-    )
     with capture_logs() as logs:
-        rebuilt = build_services(renamed, embedder=model_b)
+        moved = build_services(settings, embedder=model_b)
     try:
-        assert any(e["event"] == "store_changed_reindexing" for e in logs)
-        assert until_idle(rebuilt, "c", timeout_s=120).state == "idle"
-        assert rebuilt.store.count(deleted=False) == stored
-        hits = rebuilt.search.search(SearchRequest("酒店", 6, SearchFilters(("c",)))).hits
+        started = next(e for e in logs if e["event"] == "model_move_started")
+        assert f"local model {BUNDLED_MODEL_NAME!r}" in started["previous_model"]
+        assert "openai model 'model-b'" in started["model"]
+        assert moved.store.collection == "memsvc_chunks__model_b_384"
+        assert until_idle(moved, "c", timeout_s=120).state == "idle"
+        assert moved.store.count(deleted=False) == stored
+        hits = moved.search.search(SearchRequest("酒店", 6, SearchFilters(("c",)))).hits
         assert hits and all(h.chunk_id for h in hits)
     finally:
-        rebuilt.close()
+        moved.close()
 
 
-def test_new_weights_under_the_same_local_name_are_refused_and_the_cache_forgets(
+def test_new_weights_under_the_same_local_name_move_and_the_cache_forgets(
     tmp_path: Path,
 ) -> None:
     """A model directory whose weights changed: same name, same dimension, another
-    fingerprint. The start is refused (a child `memsvc serve` exits saying why); with a
-    new collection it starts, and the cache drops the old weights' vectors."""
+    fingerprint. It is another model: a collection of its own, and the cache drops the
+    old weights' vectors."""
     model_dir = tmp_path / "model"
     shutil.copytree(bundled_model_dir(), model_dir)
     data = tmp_path / "data"
@@ -130,41 +118,16 @@ def test_new_weights_under_the_same_local_name_are_refused_and_the_cache_forgets
     first.close()
     perturbed_copy(model_dir)
 
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "memsvc",
-            "serve",
-            "--listen",
-            f"127.0.0.1:{free_port()}",
-            "--data-dir",
-            str(data),
-        ],
-        env={
-            **_env(),
-            "MEMSVC_EMBED_MODEL": str(model_dir),
-            "MEMSVC_EMBED_FALLBACK": "false",
-            "MEMSVC_METRICS_LISTEN": "",
-        },
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode != 0
-    assert "cosine" in done.stderr and "MEMSVC_COLLECTION" in done.stderr, done.stderr[-3000:]
-
     with capture_logs() as logs:
-        renamed = build_services(settings.model_copy(update={"collection": "chunks_v2"}))
+        moved = build_services(settings)
     try:
         dropped = next(e for e in logs if e["event"] == "embed_cache_model_changed")
         assert dropped["dropped_vectors"] > 0
-        assert until_idle(renamed, "c", timeout_s=120).state == "idle"
+        # the weights that wrote the collection before are gone: it answers by keywords
+        assert moved.store.collection == "memsvc_chunks__model_384"
+        move = moved.describe().model_move
+        assert move is not None and not move.previous_model_serves
+        assert "by keywords" in moved.describe().model_notice
+        assert until_idle(moved, "c", timeout_s=120).state == "idle"
     finally:
-        renamed.close()
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return {**os.environ, "TQDM_DISABLE": "1"}
+        moved.close()

@@ -5,6 +5,7 @@ fingerprint): opening it with another model is an error, never a mix of vectors.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
@@ -63,6 +64,35 @@ TURN_LINES_SINCE = 4
 TENANT_KEYWORDS_SINCE = 5
 
 
+def recorded_model(client: Any, collection: str) -> ModelIdentity | None:
+    """The model whose vectors `collection` holds (None: no such collection)."""
+    if not client.has_collection(collection):
+        return None
+    return ModelIdentity.from_json(_marker(client.describe_collection(collection)))
+
+
+def successor_name(base: str, model: ModelIdentity) -> str:
+    """The collection of `model`'s vectors beside `base` (which holds another model's):
+    the base name, the model's name in the characters Milvus allows, its dimension."""
+    slug = re.sub(r"[^0-9A-Za-z]+", "_", model.model.rsplit("/", 1)[-1]).strip("_").lower()
+    return f"{base}__{slug[:60] or 'model'}_{model.dim}"
+
+
+def collection_for(client: Any, base: str, model: ModelIdentity) -> str:
+    """Where `model`'s vectors live: the configured collection when it holds the same
+    vectors, else its successor for this model when that exists (a move made it), else the
+    configured one when absent, else a new successor (memsvc.services.model_move rebuilds
+    it from the log while searches answer from the collection before)."""
+    recorded = recorded_model(client, base)
+    if recorded is not None and mismatch(recorded, model) is None:
+        return base
+    successor = successor_name(base, model)
+    beside = recorded_model(client, successor)
+    if beside is not None and mismatch(beside, model) is None:
+        return successor  # a move to this model made it (and may have dropped `base`)
+    return base if recorded is None else successor
+
+
 def ensure_collection(
     client: Any, collection: str, uri: str, model: ModelIdentity
 ) -> tuple[int, str]:
@@ -79,11 +109,11 @@ def ensure_collection(
             raise FailedPrecondition(
                 f"collection {collection!r} at {uri} holds vectors of {recorded.describe()},"
                 f" but the configured embedder is {model.describe()}: {why}. Vectors of two"
-                " models cannot be searched together. To move to the configured model, set"
-                " MEMSVC_COLLECTION to a new name: memsvc rebuilds every conversation into it"
-                " from the event log (progress in `memsvc status`), then drop the old"
-                " collection. To keep serving the old vectors, configure the model they were"
-                " written with."
+                " models cannot be searched together. Drop this collection (its vectors are"
+                " rebuilt from the event log), or set MEMSVC_COLLECTION to a new name: memsvc"
+                " rebuilds every conversation into it while searches answer from the"
+                " collection before (progress in `memsvc status`). To keep serving the old"
+                " vectors, configure the model they were written with."
             )
         if (recorded.provider, recorded.model) != (model.provider, model.model):
             log.info(

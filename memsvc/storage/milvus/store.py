@@ -89,11 +89,14 @@ class MilvusChunkStore:
 
     def __init__(self, uri: str, collection: str, model: ModelIdentity, token: str = "") -> None:
         self.uri = uri
-        self.collection = collection
         self.model = model
         self.dim = model.dim
         self._token = token
         self._client = self._connect()
+        # `collection` is the configured name; another model's vectors there put this
+        # model's in a successor beside it (schema.collection_for)
+        self.base_collection = collection
+        self.collection = schema.collection_for(self._client, collection, model)
         self._up = threading.Event()
         # Whether a row was ever seen: until then a keyword search counts rows first (see
         # search_keyword).

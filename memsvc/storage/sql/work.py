@@ -58,6 +58,33 @@ class WorkQueries:
             )
         return [str(r[0]) for r in rows]
 
+    def unreconciled(self, conversation_ids: Sequence[str] = ()) -> list[str]:
+        """Of the conversations named (none: every one), those whose last reconcile (a
+        rebuild into a new store: memsvc.services.model_move) is not yet done, sorted."""
+        where = "reconcile_seq > reconciled_seq OR reconcile_seq > done_seq"
+        if not conversation_ids:
+            rows = self.sql.rows(
+                f"SELECT conversation_id FROM conversations WHERE {where} ORDER BY 1"
+            )
+            return [str(r[0]) for r in rows]
+        out: list[str] = []
+        for part in chunked(list(dict.fromkeys(conversation_ids))):
+            rows = self.sql.rows(
+                "SELECT conversation_id FROM conversations"
+                f" WHERE conversation_id IN ({marks(len(part))}) AND ({where})",
+                tuple(part),
+            )
+            out.extend(str(r[0]) for r in rows)
+        return sorted(out)
+
+    def reconcile_counts(self) -> tuple[int, int]:
+        """(conversations, of them not yet reconciled): a rebuild's progress."""
+        row = self.sql.one(
+            "SELECT COUNT(*), COALESCE(SUM(CASE WHEN reconcile_seq > reconciled_seq"
+            " OR reconcile_seq > done_seq THEN 1 ELSE 0 END), 0) FROM conversations"
+        )
+        return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
     def active_versions_of_multi(
         self, conversation_ids: Sequence[str] = ()
     ) -> dict[int, list[str]]:

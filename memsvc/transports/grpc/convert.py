@@ -142,6 +142,16 @@ def server_info_to_pb(server: ServerDescription) -> pb.ServerInfo:
         embed_backend=server.embed_backend,
         log_backend=server.log_backend,
         model_notice=server.model_notice,
+        model_move=None
+        if (move := server.model_move) is None
+        else pb.ModelMove(
+            from_model=move.from_model,
+            from_collection=move.from_collection,
+            to_collection=move.to_collection,
+            conversations=move.conversations,
+            left=move.left,
+            previous_model_serves=move.previous_model_serves,
+        ),
     )
 
 

@@ -198,11 +198,17 @@ function dl(target, pairs) {
 
 function takeStatus(status) {
   const server = status.server || {};
-  // the fallback model serves: say what that means where nobody can miss it
+  // the fallback model serves, or the store is rebuilt for a new model: say what that
+  // means where nobody can miss it
+  const move = server.modelMove;
+  const label = server.modelFallback ? "Model fallback: " : move ? "Model move: " : "";
   $("model-warning").hidden = !server.modelNotice;
-  $("model-warning").textContent = server.modelNotice ? "Model fallback: " + server.modelNotice : "";
+  $("model-warning").textContent = server.modelNotice ? label + server.modelNotice : "";
+  const rebuilt = move ? [["Rebuilt for the model",
+    `${(move.conversations || 0) - (move.left || 0)} of ${move.conversations || 0} conversations`]] : [];
   dl($("server"), [
     ["Model", server.model + (server.modelFallback ? " (bundled fallback)" : "")],
+    ...rebuilt,
     ["Runtime", server.embedBackend], ["Dimension", server.dim],
     ["Event log", server.logBackend], ["Version", server.version],
   ]);

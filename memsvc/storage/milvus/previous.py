@@ -1,0 +1,83 @@
+"""The collection searches answer from while a model move rebuilds the store in a
+successor (memsvc.services.model_move): another collection on the owner's connection,
+opened with the model its marker records, read only, and dropped once the move is done."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from memsvc.domain.model_identity import ModelIdentity
+from memsvc.storage.milvus import schema
+from memsvc.storage.milvus.store import MilvusChunkStore
+
+log = structlog.get_logger(__name__)
+
+
+class PreviousCollection(MilvusChunkStore):
+    """`collection` on `owner`'s connection (its Milvus Lite process, its health): closing
+    it closes nothing; a failed call marks the connection down as the owner's would."""
+
+    def __init__(self, owner: MilvusChunkStore, collection: str, model: ModelIdentity) -> None:
+        self._owner = owner
+        self.uri = owner.uri
+        self.model = model
+        self.dim = model.dim
+        self._token = ""
+        self._rows_seen = False
+        self.base_collection = self.collection = collection
+        self._open_collection()
+
+    @property  # type: ignore[override]
+    def _client(self) -> Any:
+        return self._owner._client
+
+    @property
+    def up(self) -> bool:
+        return self._owner.up
+
+    def mark_down(self, exc: BaseException | None = None) -> None:
+        """A failed call here says nothing of the owner's collection: the call fails alone
+        (memsvc.services.moving_search opens this collection again, or answers without)."""
+        log.warning("previous_collection_failed", collection=self.collection, error=str(exc)[:300])
+
+    def reopen(self) -> bool:
+        """Load the collection again (a restarted Milvus Lite process holds none loaded);
+        False when it is gone (another replica ended the move)."""
+        if not self._client.has_collection(self.collection):
+            return False
+        self._client.load_collection(self.collection)
+        return True
+
+    @staticmethod
+    def recorded(owner: MilvusChunkStore, collection: str) -> ModelIdentity | None:
+        """The model `collection` holds vectors of, on `owner`'s connection (None: none)."""
+        return schema.recorded_model(owner._client, collection)
+
+    def _open_collection(self) -> None:
+        self.schema_version, self.identity = schema.ensure_collection(
+            self._client, self.collection, self.uri, self.model
+        )
+
+    def close(self, erase: bool = False) -> None:
+        """The connection is the owner's."""
+
+    def reconnect(self) -> bool:
+        return self._owner.up
+
+    def drop(self) -> None:
+        """Remove the collection (the move is done; every vector is rebuilt beside it)."""
+        if self._client.has_collection(self.collection):
+            self._client.drop_collection(self.collection)
+            log.info("collection_dropped", collection=self.collection, uri=self.uri)
+
+    def forget_turns(self, conversation_id: str, turn_ids: Sequence[int]) -> None:
+        """A purge during the move: no chunk here keeps the purged turns' text."""
+        if not turn_ids:
+            return
+        spans = [(t, t) for t in sorted(set(turn_ids))]
+        for start in range(0, len(spans), 200):  # expressions of a bounded size
+            rows = self.live_overlapping(conversation_id, spans[start : start + 200])
+            self.delete([r.record.chunk_id for r in rows])

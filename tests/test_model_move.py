@@ -1,0 +1,158 @@
+"""Moving between models loses nothing (issue 82): a node that served all-MiniLM-L6-v2
+restarts on multilingual-e5-small (and back) and rebuilds its vectors from the event log
+into a collection of the new model, while searches keep answering from the collection
+before with the model that wrote it; deletes and purges made meanwhile hold in both; when
+every conversation is rebuilt, the collection before is dropped. Real models, real Milvus
+Lite; indexing paused at the restart holds the move open to look at it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memsvc.app import Services, build_services
+from memsvc.domain.types import SearchFilters, SearchMode, SearchRequest, TurnRange
+from memsvc.embedding.e5 import E5_MODEL_NAME, E5Embedder
+from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder
+from memsvc.embedding.providers import load_embedder
+from memsvc.services.search import SearchService
+from memsvc.storage.milvus.previous import PreviousCollection
+from tests.conftest import conversation, make_settings, turn
+
+PASSPORT = ["My passport expires on 2025-02-18.", "Noted, I will remind you a month before."]
+FOOD = ["I love sushi and ramen.", "Then let's get ramen this weekend."]
+GARDEN = ["The tomatoes in my garden are finally red.", "Pick them before the rain."]
+
+
+@pytest.fixture(scope="module")
+def e5(tmp_path_factory: pytest.TempPathFactory) -> E5Embedder:
+    loaded = load_embedder(
+        make_settings(tmp_path_factory.mktemp("e5"), embed_model="multilingual-e5-small")
+    )
+    assert isinstance(loaded, E5Embedder)
+    return loaded
+
+
+def start(data_dir: Path, model: str, embedder: Embedder) -> Services:
+    """The store watch held off: the test restarts Milvus Lite itself."""
+    settings = make_settings(data_dir, embed_model=model, store_check_s=60)
+    return build_services(settings, embedder=embedder)
+
+
+def first_conversation(svc: Services, query: str) -> str:
+    hits = svc.search.search(SearchRequest(query, 3, mode=SearchMode.HYBRID)).hits
+    assert hits, query
+    return hits[0].metadata.conversation_id
+
+
+def texts(svc: Services, conv: str, query: str) -> list[str]:
+    req = SearchRequest(query, 6, SearchFilters(conversation_ids=(conv,)), SearchMode.DENSE)
+    return [h.text for h in svc.search.search(req).hits]
+
+
+def wait_moved(svc: Services, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while svc.search.previous is not None:  # the move's end closes it last
+        assert time.monotonic() < deadline, svc.describe().model_move
+        time.sleep(0.2)
+
+
+@pytest.fixture()
+def served_minilm(tmp_path: Path, embedder: Embedder) -> Iterator[Path]:
+    """A data dir whose node served MiniLM: three conversations indexed, then indexing
+    paused (durable) and the node stopped."""
+    svc = start(tmp_path, BUNDLED_MODEL_NAME, embedder)
+    try:
+        for conv, turns in (("passport", PASSPORT), ("food", FOOD), ("garden", GARDEN)):
+            svc.ingest.append(conversation(conv, turns))
+            assert svc.control.wait_for_indexed(conv, 1, 60).state == "idle"
+        assert svc.model_move is None and svc.store.collection == "memsvc_chunks"
+        svc.control.set_paused(True)
+    finally:
+        svc.close()
+    yield tmp_path
+
+
+def test_a_node_that_served_minilm_answers_throughout_its_move_to_e5(
+    served_minilm: Path, e5: E5Embedder
+) -> None:
+    svc = start(served_minilm, E5_MODEL_NAME, e5)
+    try:
+        assert svc.store.collection == "memsvc_chunks__multilingual_e5_small_384"
+        move = svc.describe().model_move
+        assert move is not None
+        assert (move.from_collection, move.conversations, move.left) == ("memsvc_chunks", 3, 3)
+        assert move.previous_model_serves and move.from_model == BUNDLED_MODEL_NAME
+        assert "Rebuilding the vectors" in svc.describe().model_notice
+        assert isinstance(svc.search.previous, SearchService)
+        assert svc.search.previous.embedder is not e5  # MiniLM, loaded again
+        # nothing is in the new collection yet; searches answer from the one before
+        assert svc.store.count(deleted=False) == 0
+        assert first_conversation(svc, "when does my passport expire?") == "passport"
+        assert first_conversation(svc, "ramen") == "food"
+        assert "tomatoes" in texts(svc, "garden", "tomatoes")[0]
+        # Milvus Lite restarted (its process holds no collection loaded): answers go on
+        assert svc.store.reconnect()  # what the watch does when its ping fails
+        assert first_conversation(svc, "ramen") == "food"
+        # a delete during the move holds in the collection before too
+        svc.deletion.delete("food", TurnRange(0, 0), [], defer_store=True)
+        assert all("sushi" not in t for t in texts(svc, "food", "sushi and ramen"))
+        # a turn written meanwhile is searchable once its conversation is rebuilt
+        svc.ingest.append([turn("garden", 2, "I also planted basil beside the tomatoes.")])
+        svc.control.set_paused(False)
+        assert svc.control.wait_for_indexed("garden", 2, 120).state == "idle"
+        assert any("basil" in t for t in texts(svc, "garden", "basil"))
+        wait_moved(svc)
+        assert svc.describe().model_move is None
+        assert "Rebuilding" not in svc.describe().model_notice
+        assert PreviousCollection.recorded(svc.store, "memsvc_chunks") is None  # dropped
+        assert svc.search.previous is None
+        assert first_conversation(svc, "护照什么时候过期？") == "passport"  # e5 answers
+        assert all("sushi" not in t for t in texts(svc, "food", "sushi and ramen"))
+    finally:
+        svc.close()
+    # a later start has nothing to move
+    again = start(served_minilm, E5_MODEL_NAME, e5)
+    try:
+        assert again.model_move is None
+        assert again.store.collection == "memsvc_chunks__multilingual_e5_small_384"
+        assert first_conversation(again, "when does my passport expire?") == "passport"
+    finally:
+        again.close()
+
+
+def test_the_move_back_to_minilm_answers_from_e5s_collection_and_a_purge_holds(
+    served_minilm: Path, e5: E5Embedder, embedder: Embedder
+) -> None:
+    """The reverse: e5's collection served, then MiniLM configured again; a purge during
+    the move leaves none of the purged text in the collection before."""
+    svc = start(served_minilm, E5_MODEL_NAME, e5)
+    try:
+        svc.control.set_paused(False)
+        wait_moved(svc)
+        svc.control.set_paused(True)
+    finally:
+        svc.close()
+    back = start(served_minilm, BUNDLED_MODEL_NAME, embedder)
+    try:
+        assert back.store.collection == "memsvc_chunks"
+        move = back.describe().model_move
+        assert move is not None and move.left == 3
+        assert move.from_collection == "memsvc_chunks__multilingual_e5_small_384"
+        assert first_conversation(back, "护照什么时候过期？") == "passport"  # e5 answers
+        back.deletion.delete("passport", TurnRange(0, 0), [], defer_store=True)
+        back.deletion.purge_deleted("passport")
+        previous = back.search.previous
+        assert previous is not None
+        rows = previous.store.chunks_of("passport", deleted=None)
+        assert not any("2025-02-18" in r.record.text for r in rows)
+        assert previous.store.chunks_of("food", deleted=None)  # the rest stays
+        back.control.set_paused(False)
+        wait_moved(back)
+        assert PreviousCollection.recorded(back.store, move.from_collection) is None
+        assert all("2025-02-18" not in t for t in texts(back, "passport", "passport expires"))
+    finally:
+        back.close()
