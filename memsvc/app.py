@@ -43,7 +43,7 @@ from memsvc.services.recent_records import RecentRecords
 from memsvc.services.search import Fusion, SearchService, SearchTuning
 from memsvc.storage import datadir, sqlite
 from memsvc.storage.milvus import lite
-from memsvc.storage.milvus.previous import PreviousCollection
+from memsvc.storage.milvus.previous import PreviousCollection, drop_abandoned
 from memsvc.storage.milvus.store import MilvusChunkStore
 from memsvc.storage.milvus.watch import StoreWatch
 from memsvc.storage.sqlite.notify import LocalNotifier
@@ -308,6 +308,7 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         )
         if moving_from is None:
             record_served(events, store.collection, embedder.identity)
+        drop_abandoned(store, [store.collection, moving_from or store.collection])
     health = Health(events, None if settings.database_url else settings.data_dir)
     renderer = ChunkRenderer(KeywordExtractor(), embedder.count_tokens, policy)
     projector = Projector(events, store, embedder, cache, renderer, locks)

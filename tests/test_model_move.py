@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from memsvc.app import Services, build_services
 from memsvc.domain.types import SearchFilters, SearchMode, SearchRequest, TurnRange
@@ -154,5 +155,29 @@ def test_the_move_back_to_minilm_answers_from_e5s_collection_and_a_purge_holds(
         wait_moved(back)
         assert PreviousCollection.recorded(back.store, move.from_collection) is None
         assert all("2025-02-18" not in t for t in texts(back, "passport", "passport expires"))
+    finally:
+        back.close()
+
+
+def test_a_move_reversed_before_its_end_drops_the_partial_collection(
+    served_minilm: Path, e5: E5Embedder, embedder: Embedder
+) -> None:
+    """MiniLM -> e5 (held open), then MiniLM again: MiniLM's collection serves as before,
+    no move, and e5's partial copy is dropped (a purge since would not reach it)."""
+    svc = start(served_minilm, E5_MODEL_NAME, e5)
+    try:
+        assert svc.model_move is not None and svc.model_move.active
+    finally:
+        svc.close()
+    with capture_logs() as logs:
+        back = start(served_minilm, BUNDLED_MODEL_NAME, embedder)
+    try:
+        dropped = [e["collection"] for e in logs if e["event"] == "collection_abandoned_dropped"]
+        assert dropped == ["memsvc_chunks__multilingual_e5_small_384"]
+        assert back.model_move is None and back.store.collection == "memsvc_chunks"
+        assert PreviousCollection.recorded(back.store, dropped[0]) is None
+        back.control.set_paused(False)
+        assert back.control.wait_for_indexed("passport", 1, 120).state == "idle"
+        assert first_conversation(back, "when does my passport expire?") == "passport"
     finally:
         back.close()

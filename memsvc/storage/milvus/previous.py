@@ -81,3 +81,20 @@ class PreviousCollection(MilvusChunkStore):
         for start in range(0, len(spans), 200):  # expressions of a bounded size
             rows = self.live_overlapping(conversation_id, spans[start : start + 200])
             self.delete([r.record.chunk_id for r in rows])
+
+
+def drop_abandoned(owner: MilvusChunkStore, keep: Sequence[str]) -> list[str]:
+    """Drop the successors of the owner's configured collection that nothing serves or
+    moves from (a move reversed before its end): each is a partial copy of the log's
+    turns, which a purge since would not have reached. Returns their names."""
+    prefix = f"{owner.base_collection}__"
+    dropped = []
+    for name in owner._client.list_collections():
+        if not name.startswith(prefix) or name in keep:
+            continue
+        model = schema.recorded_model(owner._client, name)
+        if model is not None and model.model:  # memsvc's marker: a collection of ours
+            owner._client.drop_collection(name)
+            log.warning("collection_abandoned_dropped", collection=name, uri=owner.uri)
+            dropped.append(name)
+    return dropped
