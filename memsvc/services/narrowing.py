@@ -23,17 +23,30 @@ import numpy as np
 from memsvc.domain.records import StoredChunk
 
 # Chosen on LoCoMo dev (the archive above): 2 or 4 whole hits first cost multi-hop recall,
-# keeping 1 turn costs open-domain recall.
+# keeping 1 turn costs open-domain recall. That is within 20 turns; within 10, two whole
+# hits found more on LoCoMo (e5 0.710 -> 0.724) and on one fact a turn (0.715 -> 0.736,
+# above one vector per turn's 0.727), one whole hit less on MemoryBank across languages
+# (benchmarks/archive/2026-12-06.md).
 WHOLE_FIRST = 3
+WHOLE_FIRST_UNDER_20 = 2
 KEEP_TURNS = 2
+
+
+def whole_first(budget: int) -> int:
+    """How many first hits a search within `budget` turns (0: none) returns whole."""
+    return WHOLE_FIRST_UNDER_20 if 0 < budget < 20 else WHOLE_FIRST
 
 
 @dataclass(frozen=True)
 class Narrowing:
     query: np.ndarray
     budget: int = 0  # the search's turn budget (0: none)
-    whole_first: int = WHOLE_FIRST
+    whole_first: int = -1  # -1: whole_first(budget)
     keep: int = KEEP_TURNS
+
+    def __post_init__(self) -> None:
+        if self.whole_first < 0:
+            object.__setattr__(self, "whole_first", whole_first(self.budget))
 
     def applies(self, picked: int, first: int, last: int) -> bool:
         """A hit picked after `picked` others, spanning turns first..last, is narrowed; so
