@@ -37,9 +37,9 @@ def e5(tmp_path_factory: pytest.TempPathFactory) -> E5Embedder:
     return loaded
 
 
-def start(data_dir: Path, model: str, embedder: Embedder) -> Services:
+def start(data_dir: Path, model: str, embedder: Embedder, **backend: object) -> Services:
     """The store watch held off: the test restarts Milvus Lite itself."""
-    settings = make_settings(data_dir, embed_model=model, store_check_s=60)
+    settings = make_settings(data_dir, embed_model=model, store_check_s=60, **backend)
     return build_services(settings, embedder=embedder)
 
 
@@ -65,7 +65,11 @@ def wait_moved(svc: Services, timeout_s: float = 180.0) -> None:
 def served_minilm(tmp_path: Path, embedder: Embedder) -> Iterator[Path]:
     """A data dir whose node served MiniLM: three conversations indexed, then indexing
     paused (durable) and the node stopped."""
-    svc = start(tmp_path, BUNDLED_MODEL_NAME, embedder)
+    yield served(tmp_path, embedder)
+
+
+def served(tmp_path: Path, embedder: Embedder, **backend: object) -> Path:
+    svc = start(tmp_path, BUNDLED_MODEL_NAME, embedder, **backend)
     try:
         for conv, turns in (("passport", PASSPORT), ("food", FOOD), ("garden", GARDEN)):
             svc.ingest.append(conversation(conv, turns))
@@ -74,7 +78,7 @@ def served_minilm(tmp_path: Path, embedder: Embedder) -> Iterator[Path]:
         svc.control.set_paused(True)
     finally:
         svc.close()
-    yield tmp_path
+    return tmp_path
 
 
 def test_a_node_that_served_minilm_answers_throughout_its_move_to_e5(
@@ -181,3 +185,23 @@ def test_a_move_reversed_before_its_end_drops_the_partial_collection(
         assert first_conversation(back, "when does my passport expire?") == "passport"
     finally:
         back.close()
+
+
+def test_a_move_on_a_postgresql_log(
+    tmp_path: Path, e5: E5Embedder, embedder: Embedder, postgres: object
+) -> None:
+    """The move's bookkeeping (the served collection, each conversation's reconcile) on
+    PostgreSQL as on SQLite."""
+    backend = {"database_url": postgres.create_database()}  # type: ignore[attr-defined]
+    served(tmp_path, embedder, **backend)
+    svc = start(tmp_path, E5_MODEL_NAME, e5, **backend)
+    try:
+        move = svc.describe().model_move
+        assert move is not None and (move.conversations, move.left) == (3, 3)
+        assert first_conversation(svc, "when does my passport expire?") == "passport"
+        svc.control.set_paused(False)
+        wait_moved(svc)
+        assert PreviousCollection.recorded(svc.store, "memsvc_chunks") is None
+        assert first_conversation(svc, "护照什么时候过期？") == "passport"
+    finally:
+        svc.close()
