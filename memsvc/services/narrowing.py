@@ -24,8 +24,8 @@ from memsvc.domain.records import StoredChunk
 
 # Chosen on LoCoMo dev (the archive above): 2 or 4 whole hits first cost multi-hop recall,
 # keeping 1 turn costs open-domain recall. That is within 20 turns; within 10, two whole
-# hits found more on LoCoMo (e5 0.710 -> 0.724) and on one fact a turn (0.715 -> 0.736,
-# above one vector per turn's 0.727), one whole hit less on MemoryBank across languages
+# hits found more on LoCoMo (e5 0.710 -> 0.719) and on one fact a turn (0.710 -> 0.736,
+# above one vector per turn's 0.727), less on MemoryBank across languages
 # (benchmarks/archive/2026-12-06.md).
 WHOLE_FIRST = 3
 WHOLE_FIRST_UNDER_20 = 2
