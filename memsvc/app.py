@@ -169,7 +169,7 @@ class Services:
             self.health.log_up,
             chunks_stored=self._chunks_stored(),
             embedder_up=self.embedder_watch.up,
-            model_move=None if (move := self._move()) is None else _rebuilt_and_left(move),
+            model_move=self._move(),
         )
 
     def _chunks_stored(self) -> int | None:
@@ -180,10 +180,6 @@ class Services:
             return self.store.count(deleted=False)
         except StoreUnavailable:
             return None
-
-
-def _rebuilt_and_left(move: ModelMoveStatus) -> tuple[int, int]:
-    return move.conversations - move.left, move.left
 
 
 def _erase_files(log_: EventLog, cache: EmbeddingCache) -> None:
@@ -308,7 +304,7 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         )
         if moving_from is None:
             record_served(events, store.collection, embedder.identity)
-        drop_abandoned(store, [store.collection, moving_from or store.collection])
+        drop_abandoned(store, [store.collection, moving_from[0] if moving_from else ""])
     health = Health(events, None if settings.database_url else settings.data_dir)
     renderer = ChunkRenderer(KeywordExtractor(), embedder.count_tokens, policy)
     projector = Projector(events, store, embedder, cache, renderer, locks)
@@ -330,20 +326,14 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
         keyword_weight=settings.search_keyword_weight,
         fusion=Fusion(settings.search_fusion),
     )
-    search = MovingSearch(
-        SearchService(
-            store,
-            events,
-            embedder,
-            QueryBatcher(embedder),
-            tuning,
-            RecentRecords(settings.search_recent_records),
-        )
-    )
+    search = MovingSearch(_search_service(settings, store, events, embedder, tuning))
     move = None
     if moving_from is not None:
         startup.enter("loading the previous model")
-        move = _model_move(settings, embedder, store, moving_from, events, tuning, search)
+        previous_store = PreviousCollection(store, *moving_from)
+        move = _model_move(
+            settings, embedder, previous_store, store.collection, events, tuning, search
+        )
         deletion.on_purge(move.forget)
     log.info("store_ready", uri=store.uri, collection=store.collection)
     worker = IndexWorker(
@@ -413,33 +403,42 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
     return services
 
 
+def _search_service(
+    settings: Settings,
+    store: MilvusChunkStore,
+    events: EventLog,
+    embedder: Embedder,
+    tuning: SearchTuning,
+) -> SearchService:
+    return SearchService(
+        store,
+        events,
+        embedder,
+        QueryBatcher(embedder),
+        tuning,
+        RecentRecords(settings.search_recent_records),
+    )
+
+
 def _model_move(
     settings: Settings,
     embedder: Embedder,
-    store: MilvusChunkStore,
-    moving_from: str,
+    previous_store: PreviousCollection,
+    target: str,
     events: EventLog,
     tuning: SearchTuning,
     search: MovingSearch,
 ) -> ModelMove:
     """Searches answer from the collection before while the store is rebuilt for this
     model (memsvc.services.model_move), with the model that wrote it where it loads."""
-    model = PreviousCollection.recorded(store, moving_from)
-    assert model is not None  # previous_collection found it
-    previous_store = PreviousCollection(store, moving_from, model)
-    previous_embedder = load_previous_embedder(settings, embedder, model)
-    search.previous = SearchService(
-        previous_store,
-        events,
-        previous_embedder or embedder,
-        QueryBatcher(previous_embedder or embedder),
-        tuning,
-        RecentRecords(settings.search_recent_records),
+    previous_embedder = load_previous_embedder(settings, embedder, previous_store.model)
+    search.previous = _search_service(
+        settings, previous_store, events, previous_embedder or embedder, tuning
     )
     search.move = ModelMove(
         events,
         previous_store,
-        store.collection,
+        target,
         embedder.identity,
         previous_model_serves=previous_embedder is not None,
         on_done=search.end_move,

@@ -23,6 +23,7 @@ os.environ.setdefault(
 from memsvc.app import Services, build_services
 from memsvc.config import Settings
 from memsvc.domain.types import MemoryEvent
+from memsvc.embedding.e5 import E5Embedder
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder
 from memsvc.embedding.providers import load_embedder
 from tests.support.postgres import PostgresCluster
@@ -75,6 +76,16 @@ def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
     if url:
         return load_embedder(remote_settings(tmp_path_factory.mktemp("model"), url))  # type: ignore[return-value]
     return load_embedder(make_settings(tmp_path_factory.mktemp("model")))  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="session")
+def e5(tmp_path_factory: pytest.TempPathFactory) -> E5Embedder:
+    """The bundled multilingual model in this process (multilingual-e5-small)."""
+    loaded = load_embedder(
+        make_settings(tmp_path_factory.mktemp("e5"), embed_model="multilingual-e5-small")
+    )
+    assert isinstance(loaded, E5Embedder)
+    return loaded
 
 
 @pytest.fixture()

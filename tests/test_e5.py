@@ -26,15 +26,6 @@ from tests.conftest import conversation, make_settings
 from tests.support.launch import free_port
 
 
-@pytest.fixture(scope="module")
-def e5(tmp_path_factory: pytest.TempPathFactory) -> E5Embedder:
-    loaded = load_embedder(
-        make_settings(tmp_path_factory.mktemp("e5"), embed_model="multilingual-e5-small")
-    )
-    assert isinstance(loaded, E5Embedder)
-    return loaded
-
-
 @pytest.fixture()
 def e5_services(tmp_path: Path, e5: E5Embedder) -> Iterator[Services]:
     svc = build_services(make_settings(tmp_path, embed_model=E5_MODEL_NAME), embedder=e5)

@@ -18,7 +18,6 @@ from memsvc.app import Services, build_services
 from memsvc.domain.types import SearchFilters, SearchMode, SearchRequest, TurnRange
 from memsvc.embedding.e5 import E5_MODEL_NAME, E5Embedder
 from memsvc.embedding.model import BUNDLED_MODEL_NAME, Embedder
-from memsvc.embedding.providers import load_embedder
 from memsvc.services.search import SearchService
 from memsvc.storage.milvus.previous import PreviousCollection
 from tests.conftest import conversation, make_settings, turn
@@ -26,15 +25,6 @@ from tests.conftest import conversation, make_settings, turn
 PASSPORT = ["My passport expires on 2025-02-18.", "Noted, I will remind you a month before."]
 FOOD = ["I love sushi and ramen.", "Then let's get ramen this weekend."]
 GARDEN = ["The tomatoes in my garden are finally red.", "Pick them before the rain."]
-
-
-@pytest.fixture(scope="module")
-def e5(tmp_path_factory: pytest.TempPathFactory) -> E5Embedder:
-    loaded = load_embedder(
-        make_settings(tmp_path_factory.mktemp("e5"), embed_model="multilingual-e5-small")
-    )
-    assert isinstance(loaded, E5Embedder)
-    return loaded
 
 
 def start(data_dir: Path, model: str, embedder: Embedder, **backend: object) -> Services:

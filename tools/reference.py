@@ -106,7 +106,7 @@ def settings_page() -> str:
 # -- metrics ------------------------------------------------------------------------------
 def _families() -> list[tuple[str, str, str, list[str]]]:
     """(name, type, help, labels) of every memsvc metric."""
-    from memsvc.domain.records import QueueGauges
+    from memsvc.domain.records import ModelMoveStatus, QueueGauges
     from memsvc.observability import metrics
 
     found: list[tuple[str, str, str, list[str]]] = []
@@ -117,7 +117,11 @@ def _families() -> list[tuple[str, str, str, list[str]]]:
             found.append((name, kind, str(value._documentation), list(value._labelnames)))
     # gauges read at scrape time: collected once from a reading of nothing
     reading = metrics.GaugeReading(
-        QueueGauges(0, {}, None), False, True, chunks_stored=0, model_move=(0, 0)
+        QueueGauges(0, {}, None),
+        False,
+        True,
+        chunks_stored=0,
+        model_move=ModelMoveStatus("", "", "", 0, 0, True),
     )
     gauges = metrics.ServiceGauges()
     gauges.read = lambda: reading

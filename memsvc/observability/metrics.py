@@ -32,7 +32,7 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector
 
 from memsvc.domain.errors import EmbedderError, StoreUnavailable
-from memsvc.domain.records import QueueGauges, ServerDescription
+from memsvc.domain.records import ModelMoveStatus, QueueGauges, ServerDescription
 from memsvc.observability import startup, tracing
 
 # One series per counter and histogram: no `_created` twins (they double the series).
@@ -230,8 +230,8 @@ class GaugeReading:
     log_up: bool = True
     chunks_stored: int | None = None
     embedder_up: bool = True
-    # A model move in progress: (conversations rebuilt, conversations left).
-    model_move: tuple[int, int] | None = None
+    # A model move in progress.
+    model_move: ModelMoveStatus | None = None
 
 
 class ServiceGauges(Collector):  # type: ignore[misc]
@@ -303,8 +303,9 @@ class ServiceGauges(Collector):  # type: ignore[misc]
                 " (searches answer from the collection before for those left).",
                 labels=["state"],
             )
-            move.add_metric(["rebuilt"], reading.model_move[0])
-            move.add_metric(["left"], reading.model_move[1])
+            left = reading.model_move.left
+            move.add_metric(["rebuilt"], reading.model_move.conversations - left)
+            move.add_metric(["left"], left)
             yield move
         yield GaugeMetricFamily(
             "memsvc_disk_full",

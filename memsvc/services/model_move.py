@@ -76,14 +76,15 @@ def record_served(events: EventLog, collection: str, model: ModelIdentity) -> No
 
 def previous_collection(
     events: EventLog, target: str, base: str, holds: Callable[[str], ModelIdentity | None]
-) -> str | None:
-    """The collection searches answer from while `target` is rebuilt: the one the log
-    records as served (before it recorded any, the configured `base`), if it is another
-    and still exists; None when there is no move."""
+) -> tuple[str, ModelIdentity] | None:
+    """The collection searches answer from while `target` is rebuilt, and the model its
+    marker records: the one the log records as served (before it recorded any, the
+    configured `base`), if it is another and still exists; None when there is no move."""
     source = served_collection(events) or base
-    if source == target or holds(source) is None:
+    if source == target:
         return None
-    return source
+    model = holds(source)
+    return None if model is None else (source, model)
 
 
 class ModelMove:

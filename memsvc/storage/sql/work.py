@@ -15,6 +15,8 @@ from memsvc.storage.sql.connection import Row, Sql, chunked, marks
 
 # conversations.trace_links keeps the newest few (a traceparent and a space: 56 characters)
 TRACE_LINKS_CHARS = 8 * 56
+# A conversation whose last reconcile (a rebuild into a new store) is not yet done.
+_UNRECONCILED = "reconcile_seq > reconciled_seq OR reconcile_seq > done_seq"
 
 CONV_COLS = (
     "conversation_id, active_version, building_version, work_seq, done_seq, reconcile_seq,"
@@ -61,17 +63,16 @@ class WorkQueries:
     def unreconciled(self, conversation_ids: Sequence[str] = ()) -> list[str]:
         """Of the conversations named (none: every one), those whose last reconcile (a
         rebuild into a new store: memsvc.services.model_move) is not yet done, sorted."""
-        where = "reconcile_seq > reconciled_seq OR reconcile_seq > done_seq"
         if not conversation_ids:
             rows = self.sql.rows(
-                f"SELECT conversation_id FROM conversations WHERE {where} ORDER BY 1"
+                f"SELECT conversation_id FROM conversations WHERE {_UNRECONCILED} ORDER BY 1"
             )
             return [str(r[0]) for r in rows]
         out: list[str] = []
         for part in chunked(list(dict.fromkeys(conversation_ids))):
             rows = self.sql.rows(
                 "SELECT conversation_id FROM conversations"
-                f" WHERE conversation_id IN ({marks(len(part))}) AND ({where})",
+                f" WHERE conversation_id IN ({marks(len(part))}) AND ({_UNRECONCILED})",
                 tuple(part),
             )
             out.extend(str(r[0]) for r in rows)
@@ -80,8 +81,8 @@ class WorkQueries:
     def reconcile_counts(self) -> tuple[int, int]:
         """(conversations, of them not yet reconciled): a rebuild's progress."""
         row = self.sql.one(
-            "SELECT COUNT(*), COALESCE(SUM(CASE WHEN reconcile_seq > reconciled_seq"
-            " OR reconcile_seq > done_seq THEN 1 ELSE 0 END), 0) FROM conversations"
+            f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN {_UNRECONCILED} THEN 1 ELSE 0 END), 0)"
+            " FROM conversations"
         )
         return (0, 0) if row is None else (int(row[0]), int(row[1]))
 
