@@ -63,16 +63,16 @@ class LangChainTest(ServerTestCase):
         # issue 63, item 2: add_messages never read AppendEventsResponse.errors; a message
         # memsvc refused was dropped silently with the call's other messages. Now it raises,
         # naming the field; a 1.2M-character tool output (under the payload limit) is kept
-        # whole, as the in-memory history keeps it.
+        # whole, as the in-memory history keeps it (a larger one in parts: test_large_items).
         huge = "log line 42 ok\n" * 80_000  # 1.2M characters
-        too_big = "x" * 3_100_000  # over the 3,000,000-character payload limit
+        too_long_name = "n" * 300  # over memsvc's 256-character speaker names
         with MemoryClient(self.target, token=WRITER) as client:
             history = MemsvcChatMessageHistory("lc-limits", client)
             with self.assertRaises(RefusedEvents) as refused:
                 history.add_messages(
-                    [HumanMessage("a short one"), ToolMessage(too_big, tool_call_id="t")]
+                    [HumanMessage("a short one"), HumanMessage("hi", name=too_long_name)]
                 )
-            self.assertIn("payload", str(refused.exception))
+            self.assertIn("events[1].speaker_name", str(refused.exception))
             self.assertIsInstance(refused.exception, ValueError)
             self.assertEqual(history.messages, [])  # nothing half-written
             kept = [HumanMessage("dump the log"), ToolMessage(huge, tool_call_id="t1")]
@@ -83,12 +83,12 @@ class LangChainTest(ServerTestCase):
                 async with AsyncMemoryClient(self.target, token=WRITER) as aclient:
                     async_history = MemsvcChatMessageHistory("lc-limits-a", async_client=aclient)
                     try:
-                        await async_history.aadd_messages([HumanMessage(too_big)])
+                        await async_history.aadd_messages([HumanMessage("hi", name=too_long_name)])
                     except RefusedEvents as exc:
                         return str(exc)
                     return ""
 
-            self.assertIn("payload", asyncio.run(refused_async()))
+            self.assertIn("speaker_name", asyncio.run(refused_async()))
 
     def test_chat_history_round_trip_from_two_writers(self) -> None:
         with MemoryClient(self.target, token=WRITER) as client:

@@ -18,10 +18,11 @@ How ADK's types map onto memsvc:
   call `called name({args})`, a response `name returned {...}`, code and its result, an
   image or a file by name, type and size; every event with content is kept, as
   InMemoryMemoryService keeps it); its timestamp is the event's. The event's JSON is the
-  turn's `payload`, so `events()` gives the events back exactly. An event is kept whole (up
-  to memsvc's 3,000,000-character payload) and searched by the head of its text
-  (`max_text_chars`); an add memsvc refuses raises `RefusedEvents` (a ValueError naming the
-  field), and none of its events is kept.
+  turn's `payload`, so `events()` gives the events back exactly. An event is kept whole and
+  searched by the head of its text (`max_text_chars`); one whose JSON is over memsvc's
+  3,000,000-character payload (`inline_data` of 2.2 MB or more) is kept in parts,
+  consecutive turns every read puts back together (`_parts`). An add memsvc refuses raises
+  `RefusedEvents` (a ValueError naming the field), and none of its events is kept.
 - `add_session_to_memory` returns once the events are searchable (`wait`, on by default),
   so an agent started next finds them, as with `InMemoryMemoryService`.
 - Adding is idempotent by event id: `add_session_to_memory` may be called again as a
@@ -79,6 +80,16 @@ from memsvc_client.client import MemsvcError, search_request, written
 from memsvc_client.integrations._adk_matching import answering, matches
 from memsvc_client.integrations._ids import joined_id
 from memsvc_client.integrations._kept import KeptIds
+from memsvc_client.integrations._parts import (
+    LAST_TURN_MOVED,
+    appended,
+    arun,
+    item_id,
+    items,
+    joined,
+    part_of,
+    split,
+)
 from memsvc_client.v1 import memory_pb2 as pb
 
 if TYPE_CHECKING:
@@ -90,7 +101,6 @@ MEMORY_ID_PREFIX = "turns:"
 DELETED_SUFFIX = "/%deleted"
 # an add that finds its user's memory moved by another writer reads it again, this often
 ADD_ATTEMPTS = 20
-LAST_TURN_MOVED = "last_turn_moved"  # memsvc's reason for a compare-and-append refused
 # The default similarity floor: this share of the way from the model's cosine of unrelated
 # texts (EmbedDbResponse.unrelated_similarity) to 1.0. On LoCoMo dev questions against
 # other conversations' turns, 0.1-0.2 % reach it on either bundled model: 0.35 on
@@ -144,6 +154,11 @@ def text_of(event: Event) -> str:
     return "\n".join(said for part in parts if (said := said_by(part)).strip())
 
 
+def to_turns(conversation_id: str, event: Event, max_text_chars: int) -> list[pb.MemoryEvent]:
+    """The event's turn; an event over the payload limit in parts (its id on the first)."""
+    return split(to_turn(conversation_id, event, max_text_chars), event.id)
+
+
 def to_turn(conversation_id: str, event: Event, max_text_chars: int) -> pb.MemoryEvent:
     responds = bool(event.get_function_responses())
     # an event answering a function call, or a memory added with no author: "system"
@@ -191,7 +206,11 @@ def events_key(events: Sequence[Event], last_turn: int) -> str:
 
 
 def event_id(turn: pb.MemoryEvent) -> str:
-    """The ADK event id a turn was added from ("" for a turn without one)."""
+    """The ADK event id a turn was added from ("" for a turn without one, or holding a later
+    part of an event kept in parts)."""
+    split_id = item_id(turn)
+    if split_id is not None:
+        return split_id
     event = event_of(turn)
     return event.id if event is not None else ""
 
@@ -286,19 +305,25 @@ class MemsvcMemoryService(BaseMemoryService):
             new = [e for e in events if e.id not in kept and text_of(e)]
             if not new:
                 return
-            turns = [to_turn(conversation, e, self.max_text_chars) for e in new]
-            reply = await self._memory.append(
+            turns, ids = [], []
+            for event in new:
+                parts = to_turns(conversation, event, self.max_text_chars)
+                turns += parts
+                ids += [event.id, *([""] * (len(parts) - 1))]  # as event_id reads them
+            plan = appended(
+                conversation,
                 turns,
-                assign_turn_ids=True,
+                events_key(new, last),
                 wait=self.wait,
-                idempotency_key=events_key(new, last),
-                expected_last_turn={conversation: last},
+                expected_last_turn=last,
             )
+            reply = await arun(self._memory, plan)
             if not any(e.reason == LAST_TURN_MOVED for e in reply.errors):
                 written(reply)
-                if len(reply.turn_ids) == len(new):
-                    ids = list(zip(reply.turn_ids, (e.id for e in new), strict=True))
-                    self._kept.wrote(conversation, last, ids)
+                if len(reply.turn_ids) == len(turns):
+                    self._kept.wrote(
+                        conversation, last, list(zip(reply.turn_ids, ids, strict=True))
+                    )
                 return
         raise RuntimeError(
             f"{conversation!r} kept changing while these events were added"
@@ -324,7 +349,7 @@ class MemsvcMemoryService(BaseMemoryService):
         """Every event kept for this user, in the order added, exactly as added."""
 
         turns = await self._export(self._conversation(app_name, user_id))
-        return [e for e in map(event_of, turns) if e is not None]
+        return [e for e in map(event_of, joined(turns)) if e is not None]
 
     async def search_memory(
         self, *, app_name: str, user_id: str, query: str
@@ -344,7 +369,7 @@ class MemsvcMemoryService(BaseMemoryService):
         spans = [covered(h) for h in hits]
         conversation = self._conversation(app_name, user_id)
         read = await asyncio.gather(  # each hit's turns as added, the rest left unread
-            *(self._memory.export(conversation, turns=(t[0], t[-1])) for t in spans)
+            *(self._read_whole(conversation, (t[0], t[-1])) for t in spans)
         )
         memories: list[MemoryEntry] = []
         seen: set[int] = set()
@@ -356,6 +381,16 @@ class MemsvcMemoryService(BaseMemoryService):
                 seen.add(turn.turn_id)
                 memories.append(to_entry(hit, turn, added[turn.turn_id]))
         return SearchMemoryResponse(memories=memories[: self.top_k])
+
+    async def _read_whole(self, conversation: str, span: tuple[int, int]) -> list[pb.MemoryEvent]:
+        """The turns of `span`, an event kept in parts whole: its later parts past the span
+        (they say nothing, so a hit's turns end at its first) read too."""
+        turns = await self._memory.export(conversation, turns=span)
+        part = part_of(turns[-1]) if turns else None
+        if part is not None and part.index < part.count:
+            end = turns[-1].turn_id + part.count - part.index
+            turns += await self._memory.export(conversation, turns=(turns[-1].turn_id + 1, end))
+        return joined(turns)
 
     def floor(self, reply: pb.EmbedDbResponse) -> float | None:
         """The similarity a hit sharing no word with the query must reach (None: every hit
@@ -373,17 +408,19 @@ class MemsvcMemoryService(BaseMemoryService):
         conversation = self._conversation(app_name, user_id)
         if memory_id.startswith(MEMORY_ID_PREFIX):  # "turns:START-END", as 0.1 gave them
             start, _, end = memory_id.removeprefix(MEMORY_ID_PREFIX).partition("-")
-            turns = await self._export(conversation, (int(start), int(end)))
+            found = items(await self._export(conversation, (int(start), int(end))))
         else:
-            turns = [t for t in await self._export(conversation) if event_id(t) == memory_id]
-        if not turns:
+            found = [
+                i for i in items(await self._export(conversation)) if event_id(i.turn) == memory_id
+            ]
+        if not found:
             return
         # remembered first: a delete cut short leaves the event kept, and not added again
-        ids = [i for i in (event_id(t) for t in turns) if i]  # turns added by ADK events
+        ids = [i for i in (event_id(f.turn) for f in found) if i]  # turns added by ADK events
         if ids:
             await self._remember_deleted(conversation, ids)
-        for turn in turns:
-            await self._memory.delete(conversation, (turn.turn_id, turn.turn_id), defer_store=True)
+        for turn_id in (t for f in found for t in f.turn_ids):  # an event in parts: each
+            await self._memory.delete(conversation, (turn_id, turn_id), defer_store=True)
         self._kept.forget(conversation)
 
     async def _export(

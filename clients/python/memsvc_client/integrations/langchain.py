@@ -18,9 +18,11 @@
   client wrote (no payload) come back as human, AI or system messages of their text.
   `clear()` deletes the conversation's turns (LogicalDeleteBySource); later messages get
   new ids, and deleted turns never come back.
-- A message is kept whole (its payload, up to memsvc's 3,000,000 characters) and searched by
-  the head of its text (MAX_TEXT_CHARS). A write memsvc refuses raises `RefusedEvents` (a
-  ValueError naming the field); none of the call's messages is kept.
+- A message is kept whole and searched by the head of its text (MAX_TEXT_CHARS); one whose
+  payload is over memsvc's 3,000,000 characters (an image inlined as base64) is kept in
+  parts, consecutive turns `messages` puts back together (`_parts`). A write memsvc
+  refuses raises `RefusedEvents` (a ValueError naming the field); none of the call's
+  messages is kept.
 
 `MemsvcRetriever(BaseRetriever)`: memsvc search as LangChain documents. Each hit is a
 `Document` whose page_content is the chunk's text and whose metadata holds chunk_id,
@@ -58,6 +60,7 @@ from pydantic import ConfigDict, Field
 from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemoryClient, new_idempotency_key, written
 from memsvc_client.integrations._ids import single_id
+from memsvc_client.integrations._parts import appended, arun, joined, run, split
 from memsvc_client.v1 import memory_pb2 as pb
 
 # By message type (BaseMessage.type): who speaks in memsvc's turns.
@@ -107,7 +110,12 @@ def to_message(event: pb.MemoryEvent) -> BaseMessage | None:
 
 
 def to_messages(events: list[pb.MemoryEvent]) -> list[BaseMessage]:
-    return [m for m in map(to_message, events) if m is not None]
+    return [m for m in map(to_message, joined(events)) if m is not None]
+
+
+def to_turns(session_id: str, messages: Sequence[BaseMessage]) -> list[pb.MemoryEvent]:
+    """The turns of these messages: one each, a message over the payload limit in parts."""
+    return [t for m in messages for t in split(to_event(session_id, m))]
 
 
 class MemsvcChatMessageHistory(BaseChatMessageHistory):
@@ -135,13 +143,10 @@ class MemsvcChatMessageHistory(BaseChatMessageHistory):
         return to_messages(self._sync().export(self.conversation_id))
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        events = [to_event(self.conversation_id, m) for m in messages]
-        if events:
-            key = new_idempotency_key()
-            reply = self._sync().append(
-                events, assign_turn_ids=True, wait=self.wait, idempotency_key=key
-            )
-            written(reply, "messages")
+        turns = to_turns(self.conversation_id, messages)
+        if turns:
+            plan = appended(self.conversation_id, turns, new_idempotency_key(), wait=self.wait)
+            written(run(self._sync(), plan), "messages")
 
     def clear(self) -> None:
         self._sync().delete(self.conversation_id, defer_store=True)
@@ -154,12 +159,10 @@ class MemsvcChatMessageHistory(BaseChatMessageHistory):
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         if self.async_client is None:
             return await super().aadd_messages(messages)
-        events = [to_event(self.conversation_id, m) for m in messages]
-        if events:
-            reply = await self.async_client.append(
-                events, assign_turn_ids=True, wait=self.wait, idempotency_key=new_idempotency_key()
-            )
-            written(reply, "messages")
+        turns = to_turns(self.conversation_id, messages)
+        if turns:
+            plan = appended(self.conversation_id, turns, new_idempotency_key(), wait=self.wait)
+            written(await arun(self.async_client, plan), "messages")
 
     async def aclear(self) -> None:
         if self.async_client is None:

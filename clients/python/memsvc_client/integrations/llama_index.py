@@ -15,9 +15,11 @@ How LlamaIndex's types map onto memsvc:
 - Each `ChatMessage` is one turn. Its JSON (`model_dump_json`, without the `session_id` the
   `Memory` adds) is the turn's `payload`, so `messages()` gives back the messages exactly.
   The turn's `text` is what the message says: its text blocks, `[<role>]` when it has none.
-  A message is kept whole (its payload, up to memsvc's 3,000,000 characters) and searched
-  by the head of its text (`max_text_chars`); a put memsvc refuses raises `RefusedEvents`
-  (a ValueError naming the field), and none of its messages is kept.
+  A message is kept whole and searched by the head of its text (`max_text_chars`); one
+  whose JSON is over memsvc's 3,000,000-character payload (an `ImageBlock` of 2.3 MB or
+  more) is kept in parts, consecutive turns `messages()` puts back together (`_parts`).
+  A put memsvc refuses raises `RefusedEvents` (a ValueError naming the field), and none
+  of its messages is kept.
 - Speaker: role user -> "user"; assistant, model and chatbot -> "assistant"; system,
   developer, tool and function -> "system".
 - Turn ids and timestamps are the server's (`assign_turn_ids`): several processes may put
@@ -48,6 +50,7 @@ from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemsvcError, new_idempotency_key, search_request, written
 from memsvc_client.integrations._hits import said_lines
 from memsvc_client.integrations._ids import single_id
+from memsvc_client.integrations._parts import appended, arun, joined, split
 from memsvc_client.v1 import memory_pb2 as pb
 
 SPEAKERS = {
@@ -169,34 +172,32 @@ class MemsvcMemoryBlock(BaseMemoryBlock[str]):
     async def _aput(self, messages: list[ChatMessage]) -> None:
         if not messages:
             return
-        events = []
+        kept_messages = []
         session_id = None
         for message in messages:
             kept = message.model_copy(deep=True)
             session_id = kept.additional_kwargs.pop(SESSION_KEY, session_id)
-            if says_nothing(kept):
-                continue  # as VectorMemoryBlock: nothing to remember
-            events.append(
-                pb.MemoryEvent(
-                    speaker=SPEAKERS.get(kept.role, "system"),
-                    text=text_of(kept)[: self.max_text_chars],
-                    payload=kept.model_dump_json(),
-                )
-            )
+            if not says_nothing(kept):  # as VectorMemoryBlock: nothing to remember
+                kept_messages.append(kept)
         conversation = self._conversation(session_id)
-        if not events:
+        turns = []
+        for kept in kept_messages:
+            event = pb.MemoryEvent(
+                conversation_id=conversation,
+                speaker=SPEAKERS.get(kept.role, "system"),
+                text=text_of(kept)[: self.max_text_chars],
+                payload=kept.model_dump_json(),
+            )
+            turns += split(event)  # a message over the payload limit: in parts
+        if not turns:
             return
-        for event in events:
-            event.conversation_id = conversation
-        reply = await self._memory.append(
-            events, assign_turn_ids=True, wait=self.wait, idempotency_key=new_idempotency_key()
-        )
-        written(reply, "messages")
+        plan = appended(conversation, turns, new_idempotency_key(), wait=self.wait)
+        written(await arun(self._memory, plan), "messages")
 
     async def messages(self, session_id: str | None = None) -> list[ChatMessage]:
         """Every message kept in the conversation, in order, exactly as put."""
         events = await self._memory.export(self._conversation(session_id))
-        return [m for m in map(to_message, events) if m is not None]
+        return [m for m in map(to_message, joined(events)) if m is not None]
 
     async def clear(self, session_id: str | None = None) -> None:
         """Delete the conversation's turns: they are never found or returned again."""

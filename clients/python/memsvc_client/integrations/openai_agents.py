@@ -18,7 +18,9 @@ How the SDK's items map onto memsvc:
   list of parts), a reasoning summary; `[<type>]` when it says nothing. At most
   `max_text_chars` of it (the server's `MEMSVC_MAX_TURN_CHARS`, 100,000 by default): a huge
   tool output is searchable by its head and still comes back whole. An item whose JSON is
-  over memsvc's payload limit (3,000,000 characters) is refused: `add_items` raises
+  over memsvc's payload limit (3,000,000 characters: an image or file inlined as base64)
+  is kept in parts, consecutive turns put back together by every read (`_parts`): it
+  comes back whole, and a limit or a pop counts it once. A write memsvc refuses raises
   `RefusedEvents` (a ValueError) naming the field, and none of the call's items is kept.
 - Speaker: role user -> "user"; role assistant, and calls the model makes (function,
   computer, search calls, reasoning) -> "assistant"; role system or developer, and the
@@ -56,6 +58,7 @@ import grpc
 from memsvc_client.aio import AsyncMemoryClient
 from memsvc_client.client import MemsvcError, new_idempotency_key, written
 from memsvc_client.integrations._ids import single_id
+from memsvc_client.integrations._parts import appended, arun, joined, part_of, split
 from memsvc_client.v1 import memory_pb2 as pb
 
 if TYPE_CHECKING:
@@ -168,7 +171,8 @@ class MemsvcSession:
             events = await self._client.export(self.conversation_id, last=wanted)
             if wanted:
                 events = events[-wanted:]
-            items = [i for i in map(_item_of, events) if i is not None]
+            # an item in parts whose first turns are older than these is read next round
+            items = [i for i in map(_item_of, joined(events)) if i is not None]
             if limit is None or len(items) >= limit or len(events) < wanted:
                 return items if limit is None else items[-limit:]
             wanted += limit - len(items)
@@ -176,21 +180,18 @@ class MemsvcSession:
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         if not items:
             return
-        events = []
+        turns = []
         for item in items:
             raw: Mapping[str, Any] = item
-            events.append(
-                pb.MemoryEvent(
-                    conversation_id=self.conversation_id,
-                    speaker=speaker_of(raw),
-                    text=text_of(raw)[: self.max_text_chars],
-                    payload=json.dumps(item, ensure_ascii=False),
-                )
+            event = pb.MemoryEvent(
+                conversation_id=self.conversation_id,
+                speaker=speaker_of(raw),
+                text=text_of(raw)[: self.max_text_chars],
+                payload=json.dumps(item, ensure_ascii=False),
             )
-        reply = await self._client.append(
-            events, assign_turn_ids=True, idempotency_key=new_idempotency_key()
-        )
-        written(reply, "items")
+            turns += split(event)  # an item over the payload limit: in parts
+        plan = appended(self.conversation_id, turns, new_idempotency_key())
+        written(await arun(self._client, plan), "items")
 
     async def pop_item(self) -> TResponseInputItem | None:
         while True:
@@ -202,7 +203,12 @@ class MemsvcSession:
                 return await self._pop_by_delete()  # a server from before PopEvents
             if not popped:
                 return None
-            item = _item_of(popped[-1])
+            part = part_of(popped[-1])
+            if part is not None and part.index == part.count > 1:
+                # the last part of an item kept in parts: its others are the turns before
+                popped = await self._client.pop(self.conversation_id, part.count - 1) + popped
+            whole = joined(sorted(popped, key=lambda t: t.turn_id))
+            item = _item_of(whole[-1]) if whole else None
             if item is not None:
                 return item
             # a turn holding no item is dropped (as SQLiteSession drops it): the next newest
