@@ -246,6 +246,21 @@ def test_late_window_hits_return_their_turns_nearest_the_query(
     assert len(given) <= 20
 
 
+@pytest.mark.parametrize("mode", [SearchMode.HYBRID, SearchMode.DENSE])
+def test_the_budgets_last_turns_are_filled_with_a_hits_best(
+    services: Services, mode: SearchMode
+) -> None:
+    # Regression: within 5 turns every window hit is narrowed to 2, so two hits gave 4 and
+    # the fifth turn went unused; on one fact a turn that left memsvc below one vector per
+    # turn (e5 0.644 against 0.652). A hit that does not fit gives its best turns instead.
+    services.ingest.upsert(services.ingest.build(chat("nf", 48)).chunks)
+    for budget in (5, 7):
+        hits = search(services, "nf", budget, mode)
+        given = set().union(*map(returned, hits))
+        assert len(given) == budget, [(h.metadata.turn_range, h.turns) for h in hits]
+        assert [len(h.turns) for h in hits][-1] == 1  # the last gave the one turn left
+
+
 def test_no_budget_no_narrowing(services: Services) -> None:
     services.ingest.upsert(services.ingest.build(chat("nb", 48)).chunks)
     found = services.search.search(SearchRequest(QUERY, 30, SearchFilters(("nb",))))

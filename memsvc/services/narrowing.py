@@ -27,6 +27,8 @@ from memsvc.domain.records import StoredChunk
 # hits found more on LoCoMo (e5 0.710 -> 0.719) and on one fact a turn (0.710 -> 0.736,
 # above one vector per turn's 0.727), less on MemoryBank across languages
 # (benchmarks/archive/2026-12-06.md).
+# Whatever the count, a hit that no longer fits the budget whole gives the best of its turns
+# that fit (memsvc.services.selection): within 5 turns two narrowed hits left one unused.
 WHOLE_FIRST = 3
 WHOLE_FIRST_UNDER_20 = 2
 KEEP_TURNS = 2
@@ -67,12 +69,13 @@ class Narrowing:
         """Whether turns first..last are more than a narrowed hit keeps."""
         return last - first + 1 > self.keep
 
-    def turns(self, stored: StoredChunk) -> tuple[int, ...] | None:
-        """The hit's turns to return, in turn order; None: all (its store row has no
-        turn lines: one turn, or written before schema 4)."""
+    def turns(self, stored: StoredChunk, keep: int = 0) -> tuple[int, ...] | None:
+        """The hit's `keep` (by default `self.keep`) turns nearest the query, in turn order;
+        None: all (its store row has no turn lines: one turn, or written before schema 4)."""
+        keep = keep or self.keep
         lines = stored.turn_lines
-        if lines is None or len(lines.turn_ids) <= self.keep:
+        if lines is None or len(lines.turn_ids) <= keep:
             return None
         scores = lines.vectors @ np.asarray(self.query, dtype=np.float32)
         best = sorted(range(len(lines.turn_ids)), key=lambda i: (-float(scores[i]), i))
-        return tuple(sorted(lines.turn_ids[i] for i in best[: self.keep]))
+        return tuple(sorted(lines.turn_ids[i] for i in best[:keep]))

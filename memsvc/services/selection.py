@@ -266,17 +266,20 @@ def _pick(
         new = {(conv, t) for t in range(first, last + 1)} - covered
         if key in seen or not new:
             continue
-        if narrowing is not None and narrowing.applies(len(top), first, last):
+        left = coverage.budget - used if coverage.budget else len(new)
+        # the budget's last turns: a hit that does not fit gives its best ones, as one vector
+        # per turn would fill them (5 turns: two narrowed hits of 2 left one unused)
+        fill = narrowing is not None and len(new) > left and last > first
+        if narrowing is not None and (fill or narrowing.applies(len(top), first, last)):
+            keep = min(narrowing.keep, left) if narrowing.applies(len(top), first, last) else left
             if stored is None:  # which turns it keeps is known once it is read
-                cost = min(narrowing.keep, len(new))
-                if coverage.budget and used + cost > coverage.budget:
-                    continue
+                cost = min(keep, len(new))
                 seen.add(key)
                 used += cost
                 top.append((cid, score))
                 unread.append(cid)
                 continue
-            kept = narrowing.turns(stored)
+            kept = narrowing.turns(stored, keep)
             if kept is not None:
                 new = {(conv, t) for t in kept} - covered
                 if not new:
