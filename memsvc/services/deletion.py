@@ -177,7 +177,7 @@ class DeletionService:
         the recorded work to the worker."""
         if pending:
             try:
-                result = self.projector.store_records(pending, [])
+                result = self.projector.store_records(pending, [], lacking=True)
                 if result.errors:
                     raise RuntimeError(result.errors[0].message)
             except Exception as exc:

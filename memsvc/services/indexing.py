@@ -255,7 +255,7 @@ class IndexWorker:
         settles each conversation it wrote)."""
         records = [r for p in plans for r in p.chunks]
         try:
-            result = self.projector.store_records(records, [])
+            result = self.projector.store_records(records, [], lacking=True)  # the plans
             for p in plans:
                 if not p.chunks:  # nothing to write: settle what the plan may have done
                     with self.locks.hold(p.item.conversation_id):
