@@ -21,6 +21,10 @@ import { z } from "zod";
 import { memsvcTools } from "./integrations/ai-sdk.js";
 import type { MemoryClient } from "./integrations/client.js";
 import { MemsvcSession } from "./integrations/openai-agents.js";
+import { singleId } from "./integrations/ids.js";
+import { joined, split } from "./integrations/parts.js";
+import { create } from "@bufbuild/protobuf";
+import { MemoryEventSchema } from "./gen/memsvc/v1/memory_pb.js";
 import { EchoModel, memoryToolsModel, memsvcClient } from "./testdata/stand-ins.js";
 import { ROOT, startMemsvc } from "../testing.js";
 
@@ -150,6 +154,78 @@ test("agents: a huge tool output is searchable by its head and comes back whole"
   assert.deepEqual(await session.getItems(), [item]);
   const [event] = (await client.exportEvents({ conversationId: "agents-huge" })).events;
   assert.equal([...event.text].length, 1_000);
+});
+
+async function allTurns(conversationId: string) {
+  const turns = [];
+  let pageToken = "";
+  do {
+    const page = await client.exportEvents({ conversationId, pageToken });
+    turns.push(...page.events);
+    pageToken = page.nextPageToken;
+  } while (pageToken);
+  return turns;
+}
+
+test("agents: session ids memsvc would fold keep apart, mapped as the Python adapters map them", async () => {
+  // issue 83, item 2: ids went through raw, and the server folds them (NFC, runs of spaces)
+  assert.deepEqual(
+    ["x  !'()*", "a/b  c", "café ", "tab\there", "100%", "acme/u 1"].map(singleId),
+    ["x%20%20%21%27%28%29%2A", "a/b%20%20c", "caf%C3%A9%20", "tab%09here", "100%25", "acme/u 1"],
+  );
+  const pairs = [
+    ["x  y", "x y"],
+    ["id ", "id"],
+    ["cafe\u0301", "caf\u00e9"],
+  ];
+  for (const [one, other] of pairs) {
+    await new MemsvcSession(client, one).addItems([user(`said in ${JSON.stringify(one)}`)]);
+    await new MemsvcSession(client, other).addItems([user(`said in ${JSON.stringify(other)}`)]);
+    for (const id of [one, other]) {
+      assert.deepEqual(await new MemsvcSession(client, id).getItems(), [
+        user(`said in ${JSON.stringify(id)}`),
+      ]);
+    }
+  }
+});
+
+test("agents: an image over the payload limit is kept in parts, whole, counted and popped once", async () => {
+  // issue 83, item 3: a 3.2M-character data URL was refused and the call kept no item
+  const image = "data:image/png;base64," + "iVBORw0K".repeat(400_000);
+  const photo: AgentInputItem = {
+    role: "user",
+    content: [
+      { type: "input_text", text: "my new passport's photo page" },
+      { type: "input_image", image },
+    ],
+  };
+  const items = [user("I renewed my passport."), photo, user("Keep it for the visa form.")];
+  const session = new MemsvcSession(client, "agents-image");
+  await session.addItems(items);
+  assert.deepEqual(await session.getItems(), items);
+  assert.deepEqual(await session.getItems(2), items.slice(1));
+  const turns = await allTurns("agents-image"); // pages are cut by bytes
+  assert.equal(turns.length, 6); // the image in four parts of a million characters
+  assert.equal(turns[1].payload.split("\n")[0].split(" ")[1], "1/4"); // the Python format
+  assert.deepEqual(await session.popItem(), items[2]);
+  assert.deepEqual(await session.popItem(), photo);
+  assert.deepEqual(await session.getItems(), items.slice(0, 1));
+  assert.equal((await allTurns("agents-image")).length, 1); // no part left behind
+});
+
+test("agents: parts have the Python adapters' header, and a cut item is left out", async () => {
+  const turn = { text: "t", payload: "é".repeat(3_000_001) };
+  const parts = await split(turn);
+  assert.deepEqual(
+    parts.map((p) => p.payload.slice(0, p.payload.indexOf("\n"))),
+    [1, 2, 3, 4].map((i) => `memsvc-part ${i}/4 b015ed342c4707f4f2991127b3907c22 ""`),
+  );
+  const events = parts.map((p, i) =>
+    create(MemoryEventSchema, { ...p, conversationId: "c", turnId: BigInt(i) }),
+  );
+  assert.equal((await joined(events))[0].payload, turn.payload);
+  assert.deepEqual(await joined(events.slice(1)), []);
+  assert.deepEqual(await joined(events.slice(0, 3)), []);
 });
 
 test("agents: a popped item stays deleted, also in search", async () => {

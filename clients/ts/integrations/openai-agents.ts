@@ -9,7 +9,9 @@
  *
  * How the SDK's items map onto memsvc (the same as the Python adapter's):
  * - The session id is the conversation id (with a token limited to a tenant's prefixes,
- *   give an id within them, e.g. "acme/" + the user's id).
+ *   give an id within them, e.g. "acme/" + the user's id): as it is when in memsvc's
+ *   normal form and without `%`, else percent-encoded (`singleId`): no two sessions share
+ *   a conversation, as in the Python adapters.
  * - Each `AgentInputItem` (a message, a function call, its result, a reasoning item, ...) is
  *   one turn. Its JSON, exactly as added, is the turn's `payload`, and `getItems` returns it
  *   unchanged: tool calls, `providerData` and structured content round-trip.
@@ -17,7 +19,12 @@
  *   content (or the text parts of its content list), a call's name and arguments, a call's
  *   output, reasoning text; `[<type>]` when it says nothing. At most `maxTextChars` of it
  *   (the server's MEMSVC_MAX_TURN_CHARS, 100,000 by default): a huge tool output is
- *   searchable by its head and still comes back whole.
+ *   searchable by its head and still comes back whole. An item whose JSON is over memsvc's
+ *   payload limit (3,000,000 characters: an image or a file inlined as base64) is kept in
+ *   parts, consecutive turns every read puts back together (`parts.ts`, the Python
+ *   adapters' format): it comes back whole, and a limit or a pop counts it once. A call
+ *   too large for one request goes in several, each a compare-and-append on the one
+ *   before; one refused undoes what the call wrote before it.
  * - Speaker: role user -> "user"; role assistant, and calls the model makes -> "assistant";
  *   role system, and the results of calls (`*_result`, `*_output`) -> "system".
  * - Turn ids and timestamps are the server's (`assignTurnIds`): writers in several processes
@@ -33,6 +40,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { AgentInputItem, Session } from "@openai/agents-core";
 import type { MemoryEvent } from "../gen/memsvc/v1/memory_pb.js";
 import type { MemoryClient } from "./client.js";
+import { singleId } from "./ids.js";
+import { joined, partOf, split } from "./parts.js";
 
 export type { MemoryClient } from "./client.js";
 
@@ -91,8 +100,33 @@ function itemOf(event: MemoryEvent): AgentInputItem | undefined {
   }
 }
 
-function itemsOf(events: MemoryEvent[]): AgentInputItem[] {
-  return events.map(itemOf).filter((i): i is AgentInputItem => i !== undefined);
+async function itemsOf(events: MemoryEvent[]): Promise<AgentInputItem[]> {
+  return (await joined(events)).map(itemOf).filter((i): i is AgentInputItem => i !== undefined);
+}
+
+// Bytes of one append request, at most: below memsvc's 16 MiB default request.
+const REQUEST_BYTES = 12 * 1024 * 1024;
+const LAST_TURN_MOVED = "last_turn_moved";
+// What a pop's reply may hold, as the Python client: a Connect transport receives up to
+// 4 GiB by default, so any turn the server accepted (or a run of an item's parts) pops.
+const POP_REPLY_BYTES = 64 * 1024 * 1024;
+
+type NewTurn = { conversationId: string; speaker: string; text: string; payload: string };
+
+function requests(turns: NewTurn[]): NewTurn[][] {
+  const out: NewTurn[][] = [[]];
+  let size = 0;
+  const encoder = new TextEncoder();
+  for (const turn of turns) {
+    const cost = encoder.encode(turn.payload).length + encoder.encode(turn.text).length + 256;
+    if (out.at(-1)!.length > 0 && size + cost > REQUEST_BYTES) {
+      out.push([]);
+      size = 0;
+    }
+    out.at(-1)!.push(turn);
+    size += cost;
+  }
+  return out;
 }
 
 // Cut by characters (code points), as the server counts them, never inside a surrogate pair.
@@ -101,11 +135,16 @@ function head(text: string, chars: number): string {
 }
 
 export class MemsvcSession implements Session {
+  /** The memsvc conversation of this session (`singleId` of the session id). */
+  readonly conversationId: string;
+
   constructor(
     private readonly client: MemoryClient,
     private readonly sessionId: string,
     private readonly options: { maxTextChars?: number } = {},
-  ) {}
+  ) {
+    this.conversationId = singleId(sessionId);
+  }
 
   async getSessionId(): Promise<string> {
     return this.sessionId;
@@ -117,7 +156,7 @@ export class MemsvcSession implements Session {
     let pageToken = "";
     do {
       const page = await this.client.exportEvents({
-        conversationId: this.sessionId,
+        conversationId: this.conversationId,
         pageToken,
         last,
       });
@@ -129,12 +168,13 @@ export class MemsvcSession implements Session {
 
   async getItems(limit?: number): Promise<AgentInputItem[]> {
     if (limit !== undefined && limit <= 0) return [];
-    if (limit === undefined) return itemsOf(await this.events());
+    if (limit === undefined) return await itemsOf(await this.events());
     // a limit counts items: past turns that hold none, read further back
     for (let wanted = limit; ; ) {
       // the slice keeps a 0.1 server (which ignores `last`) exact
       const events = (await this.events(wanted)).slice(-wanted);
-      const items = itemsOf(events);
+      // an item in parts whose first turns are older than these is read next round
+      const items = await itemsOf(events);
       if (items.length >= limit || events.length < wanted) return items.slice(-limit);
       wanted += limit - items.length;
     }
@@ -143,21 +183,49 @@ export class MemsvcSession implements Session {
   async addItems(items: AgentInputItem[]): Promise<void> {
     if (items.length === 0) return;
     const maxTextChars = this.options.maxTextChars ?? 100_000;
-    const reply = await this.client.appendEvents({
-      events: items.map((item) => ({
-        conversationId: this.sessionId,
+    const turns: NewTurn[] = [];
+    for (const item of items) {
+      const turn = {
+        conversationId: this.conversationId,
         speaker: speakerOf(item),
         text: head(textOf(item), maxTextChars),
         payload: JSON.stringify(item),
-      })),
-      assignTurnIds: true,
-      // a retry of this call (its answer lost) is written once
-      idempotencyKey: crypto.randomUUID(),
-    });
-    if (reply.errors.length > 0) {
-      // the conversation was not written: say why, never drop silently
-      throw new Error(`memsvc refused the items: ${reply.errors[0].message}`);
+      };
+      turns.push(...(await split(turn))); // an item over the payload limit: in parts
     }
+    const batches = requests(turns);
+    for (let attempt = 0; attempt < 10; attempt++) {
+      const key = crypto.randomUUID(); // a retry of a call (its answer lost) is written once
+      const written: bigint[] = [];
+      let moved = false;
+      for (const [k, events] of batches.entries()) {
+        const last = written.at(-1);
+        const reply = await this.client.appendEvents({
+          events,
+          assignTurnIds: true,
+          idempotencyKey: `${key}/${k}`,
+          // the parts of one call stay adjacent: each request onto the one before
+          expectedLastTurn: last === undefined ? {} : { [this.conversationId]: last },
+        });
+        if (reply.errors.length > 0) {
+          if (written.length > 0) {
+            // nothing half-written: what this call wrote before is deleted
+            await this.client.logicalDeleteBySource({
+              conversationId: this.conversationId,
+              turnRange: { start: written[0], end: written.at(-1)! },
+              deferStore: true,
+            });
+          }
+          moved = k > 0 && reply.errors.some((e) => e.reason === LAST_TURN_MOVED);
+          if (moved) break; // another writer came between two of ours: write it again
+          // the conversation was not written: say why, never drop silently
+          throw new Error(`memsvc refused the items: ${reply.errors[0].message}`);
+        }
+        written.push(...reply.turnIds);
+      }
+      if (!moved) return;
+    }
+    throw new Error(`${this.conversationId} kept changing while an item was added in parts`);
   }
 
   async popItem(): Promise<AgentInputItem | undefined> {
@@ -165,14 +233,30 @@ export class MemsvcSession implements Session {
       let popped: MemoryEvent[];
       try {
         // one call: the newest turn deleted and returned; poppers at once get different ones
-        popped = (await this.client.popEvents({ conversationId: this.sessionId })).events;
+        popped = (
+          await this.client.popEvents({
+            conversationId: this.conversationId,
+            maxReplyBytes: POP_REPLY_BYTES,
+          })
+        ).events;
       } catch (err) {
         if (ConnectError.from(err).code !== Code.Unimplemented) throw err;
         return this.popByDelete(); // a server from before PopEvents
       }
       const newest = popped.at(-1);
       if (newest === undefined) return undefined;
-      const item = itemOf(newest);
+      const part = partOf(newest);
+      if (part !== undefined && part.index === part.count && part.count > 1) {
+        // the last part of an item kept in parts: its others are the turns before it
+        const rest = await this.client.popEvents({
+          conversationId: this.conversationId,
+          count: part.count - 1,
+          maxReplyBytes: POP_REPLY_BYTES,
+        });
+        popped = [...rest.events, ...popped].sort((a, b) => Number(a.turnId - b.turnId));
+      }
+      const whole = (await joined(popped)).at(-1);
+      const item = whole === undefined ? undefined : itemOf(whole);
       if (item !== undefined) return item;
       // a turn holding no item is dropped: the next newest is ours to take
     }
@@ -186,7 +270,7 @@ export class MemsvcSession implements Session {
       if (newest === undefined) return undefined;
       const turns = { start: newest.turnId, end: newest.turnId };
       const deleted = await this.client.logicalDeleteBySource({
-        conversationId: this.sessionId,
+        conversationId: this.conversationId,
         turnRange: turns,
         deferStore: true, // the log's deletion only: milliseconds, whatever the backlog
       });
@@ -200,7 +284,7 @@ export class MemsvcSession implements Session {
   async clearSession(): Promise<void> {
     try {
       await this.client.logicalDeleteBySource({
-        conversationId: this.sessionId,
+        conversationId: this.conversationId,
         deferStore: true,
       });
     } catch (err) {
@@ -211,7 +295,7 @@ export class MemsvcSession implements Session {
 
   /** Erase the text of this session's deleted turns for good (needs an admin token). */
   async purge(): Promise<{ eventsPurged: number; chunksPurged: number }> {
-    const reply = await this.client.purgeDeleted({ conversationId: this.sessionId });
+    const reply = await this.client.purgeDeleted({ conversationId: this.conversationId });
     return { eventsPurged: reply.eventsPurged, chunksPurged: reply.chunksPurged };
   }
 }
