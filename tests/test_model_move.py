@@ -195,3 +195,39 @@ def test_a_move_on_a_postgresql_log(
         assert first_conversation(svc, "护照什么时候过期？") == "passport"
     finally:
         svc.close()
+
+
+def test_a_conversation_whose_rebuild_fails_keeps_the_move_open_and_its_answers(
+    served_minilm: Path, e5: E5Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild that keeps failing (here the plan of one conversation raises: the subject
+    is the move's bookkeeping) leaves that conversation searched in the collection before
+    and the move open, counted as left; its next event tries it again, and the move ends."""
+    svc = start(served_minilm, E5_MODEL_NAME, e5, index_max_attempts=1, index_backoff_s=0.1)
+    plan = svc.projector.plan
+    broken = {"garden"}
+
+    def failing_plan(conversation_id: str) -> list[object]:
+        if conversation_id in broken:
+            raise RuntimeError("the disk says no")
+        return plan(conversation_id)
+
+    monkeypatch.setattr(svc.projector, "plan", failing_plan)
+    try:
+        svc.control.set_paused(False)
+        deadline = time.monotonic() + 120
+        while (move := svc.describe().model_move) is not None and move.left > 1:
+            assert time.monotonic() < deadline, move
+            time.sleep(0.2)
+        assert svc.control.wait_for_indexed("garden", 1, 30).state == "failed"
+        move = svc.describe().model_move
+        assert move is not None and move.left == 1  # open, and says what is left
+        assert "tomatoes" in texts(svc, "garden", "tomatoes")[0]  # from the collection before
+        assert first_conversation(svc, "护照什么时候过期？") == "passport"  # rebuilt: e5
+        broken.clear()  # the cause fixed; the next event tries it again
+        svc.ingest.append([turn("garden", 2, "I also planted basil beside the tomatoes.")])
+        assert svc.control.wait_for_indexed("garden", 2, 120).state == "idle"
+        wait_moved(svc)
+        assert any("basil" in t for t in texts(svc, "garden", "basil"))
+    finally:
+        svc.close()
