@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Literal
 
@@ -364,8 +365,11 @@ class Settings(BaseSettings):
         return frozenset(h.strip().lower() for h in self.http_allowed_hosts.split(",") if h.strip())
 
 
+@functools.cache
 def package_version() -> str:
-    """The installed package's version (for --version and memsvc_build_info)."""
+    """The installed package's version (for --version and memsvc_build_info). Read once:
+    every GetIndexStatus describes the server, and the read parses the package's metadata
+    file (1 ms, two of them in each ADK add)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

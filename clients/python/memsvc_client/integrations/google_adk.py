@@ -301,8 +301,9 @@ class MemsvcMemoryService(BaseMemoryService):
             (last, live), (_, deleted) = await asyncio.gather(
                 self._kept.of(conversation), self._kept.of(conversation + DELETED_SUFFIX)
             )
-            kept = live | deleted  # a deleted event is not added back
-            new = [e for e in events if e.id not in kept and text_of(e)]
+            # a deleted event is not added back; no union of the two sets: a session of
+            # 10,000 events is read against them on every add
+            new = [e for e in events if e.id not in live and e.id not in deleted and text_of(e)]
             if not new:
                 return
             turns, ids = [], []
