@@ -267,11 +267,12 @@ def _pick(
         if key in seen or not new:
             continue
         left = coverage.budget - used if coverage.budget else len(new)
+        narrowed_hit = narrowing is not None and narrowing.applies(len(top), first, last)
         # the budget's last turns: a hit that does not fit gives its best ones, as one vector
         # per turn would fill them (5 turns: two narrowed hits of 2 left one unused)
         fill = narrowing is not None and len(new) > left and last > first
-        if narrowing is not None and (fill or narrowing.applies(len(top), first, last)):
-            keep = min(narrowing.keep, left) if narrowing.applies(len(top), first, last) else left
+        if narrowing is not None and (narrowed_hit or fill):
+            keep = min(narrowing.keep, left) if narrowed_hit else left
             if stored is None:  # which turns it keeps is known once it is read
                 cost = min(keep, len(new))
                 seen.add(key)

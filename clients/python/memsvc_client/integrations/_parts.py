@@ -83,7 +83,8 @@ def part_of(turn: pb.MemoryEvent) -> Part | None:
     """The part a turn holds; None for a turn that is not a part of a split item."""
     if not turn.payload.startswith(MARK + " "):
         return None
-    header, _, _ = turn.payload.partition("\n")
+    end = turn.payload.find("\n")  # the header alone, not a copy of the part's million
+    header = turn.payload if end < 0 else turn.payload[:end]
     try:
         _, position, digest, item_id = header.split(" ", 3)
         index, _, count = position.partition("/")
