@@ -4,6 +4,7 @@ backends; transports call what it builds."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from memsvc.domain.chunking import ChunkPolicy
 from memsvc.domain.errors import StoreUnavailable
 from memsvc.domain.oversize import Oversize
 from memsvc.domain.prefix import KeywordExtractor
-from memsvc.domain.records import ModelMoveStatus, ServerDescription
+from memsvc.domain.records import ServerDescription
 from memsvc.domain.rendering import ChunkRenderer
 from memsvc.domain.types import SearchMode
 from memsvc.embedding.batching import QueryBatcher
@@ -31,12 +32,7 @@ from memsvc.services.fleet import FleetSettings
 from memsvc.services.health import Health
 from memsvc.services.indexing import IndexWorker, WorkerSettings, worker_identity
 from memsvc.services.ingest import IngestService
-from memsvc.services.model_move import (
-    ModelMove,
-    move_notice,
-    previous_collection,
-    record_served,
-)
+from memsvc.services.model_move import ModelMove, move_notice, previous_collection, record_served
 from memsvc.services.moving_search import MovingSearch
 from memsvc.services.projection import Projector
 from memsvc.services.recent_records import RecentRecords
@@ -145,7 +141,7 @@ class Services:
         info = self.embedder.info
         # the local model names the runtime of each path (memsvc.embedding.tuning)
         runtime = getattr(self.embedder, "runtime_label", info.provider)
-        move = self._move()
+        move = self.model_move.progress() if self.model_move else None
         return ServerDescription(
             version=package_version(),
             model=info.name,
@@ -155,10 +151,8 @@ class Services:
             log_backend="postgres" if self.settings.database_url else "sqlite",
             model_notice=" ".join(filter(None, [info.notice, move_notice(move) if move else ""])),
             model_move=move,
+            store_shards=self.store.shard_progress(),
         )
-
-    def _move(self) -> ModelMoveStatus | None:
-        return None if self.model_move is None else self.model_move.progress()
 
     def gauges(self) -> metrics.GaugeReading:
         return metrics.GaugeReading(
@@ -169,17 +163,16 @@ class Services:
             self.health.log_up,
             chunks_stored=self._chunks_stored(),
             embedder_up=self.embedder_watch.up,
-            model_move=self._move(),
+            model_move=self.model_move.progress() if self.model_move else None,
+            store_shards=self.store.shard_progress(),
         )
 
     def _chunks_stored(self) -> int | None:
         """Live chunks in the store (None while it does not answer: no gauge then)."""
-        if not self.store.up:
-            return None
-        try:
-            return self.store.count(deleted=False)
-        except StoreUnavailable:
-            return None
+        with contextlib.suppress(StoreUnavailable):
+            if self.store.up:
+                return self.store.count(deleted=False)
+        return None
 
 
 def _erase_files(log_: EventLog, cache: EmbeddingCache) -> None:
@@ -277,7 +270,12 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
     # Replicas starting together: one bootstraps (collection, token counts, identity).
     with locks.hold(BOOTSTRAP, wait_s=START_LOCK_WAIT_S):
         store = MilvusChunkStore(
-            uri, settings.collection, embedder.identity, token=settings.milvus_token
+            uri,
+            settings.collection,
+            embedder.identity,
+            settings.milvus_token,
+            settings.store_shards,
+            settings.store_memory_mib << 20,
         )
         fleet = FleetSettings(
             events,
@@ -354,8 +352,12 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
     )
     control = IndexControl(events, queue, worker, projector, locks, notifier)
     audit = StoreAudit(events, store, locks, notifier, settings.store_audit_s)
-    startup.enter("checking the store against the log")
-    audit.run()  # before any call: a log restored beside a newer store is seen at once
+    if store.shards.count == 1:
+        startup.enter("checking the store against the log")
+        audit.run()  # before any call: a log restored beside a newer store is seen at once
+    else:  # shards load after SERVING; the audit's first round runs then, in its thread
+        store.load_in_background()
+        audit.on_store_change(True)
     watch = StoreWatch(store, settings.store_check_s)
     watch.on_change(lambda up: notifier.notify() if up else None)
     watch.on_change(audit.on_store_change)

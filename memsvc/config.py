@@ -209,6 +209,22 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(
         30.0, ge=0, le=3600, description="SIGTERM: seconds in-flight calls get to finish"
     )
+    store_shards: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="collections a new store spreads conversations over (Milvus Lite past"
+        " ~100,000 chunks: 64; docs/operations/sizing.md); a store keeps the count it was"
+        " made with",
+    )
+    store_memory_mib: int = Field(
+        0,
+        ge=0,
+        le=1 << 20,
+        description="a store in shards: the memory its loaded shards may take (estimated"
+        " from their rows); past it the least recently used are released and loaded again"
+        " when used. 0 = no budget",
+    )
     store_check_s: float = Field(
         1.0, gt=0, le=60, description="seconds between store health checks"
     )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
@@ -180,9 +181,11 @@ def test_many_identical_texts_are_skipped_in_few_reads(
     reads: list[int] = []
     real_get = services.store.get
 
-    def counting_get(chunk_ids: list[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
+    def counting_get(
+        chunk_ids: list[str], with_vectors: bool = False, **kwargs: Any
+    ) -> dict[str, StoredChunk]:
         reads.append(len(chunk_ids))
-        return real_get(chunk_ids, with_vectors)
+        return real_get(chunk_ids, with_vectors, **kwargs)
 
     monkeypatch.setattr(services.store, "get", counting_get)
     hits = services.search.search(SearchRequest("golden retriever hiking", 6)).hits
@@ -201,8 +204,11 @@ def removed_before_the_read(
     monkeypatch.setattr(services.search.current.selector, "recent", RecentRecords(0))
     real_get = services.store.get
 
-    def get_without(chunk_ids: list[str], with_vectors: bool = False) -> dict[str, StoredChunk]:
-        return {k: v for k, v in real_get(chunk_ids, with_vectors).items() if k != removed}
+    def get_without(
+        chunk_ids: list[str], with_vectors: bool = False, **kwargs: Any
+    ) -> dict[str, StoredChunk]:
+        got = real_get(chunk_ids, with_vectors, **kwargs)
+        return {k: v for k, v in got.items() if k != removed}
 
     monkeypatch.setattr(services.store, "get", get_without)
 
@@ -267,10 +273,10 @@ def counted_reads(services: Services, monkeypatch: pytest.MonkeyPatch) -> list[l
     real_get = services.store.get
 
     def counting_get(
-        chunk_ids: list[str], with_vectors: bool = False, with_turn_lines: bool = False
+        chunk_ids: list[str], with_vectors: bool = False, **kwargs: Any
     ) -> dict[str, StoredChunk]:
         reads.append(list(chunk_ids))
-        return real_get(chunk_ids, with_vectors, with_turn_lines)
+        return real_get(chunk_ids, with_vectors, **kwargs)
 
     monkeypatch.setattr(services.store, "get", counting_get)
     return reads

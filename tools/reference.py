@@ -122,6 +122,7 @@ def _families() -> list[tuple[str, str, str, list[str]]]:
         True,
         chunks_stored=0,
         model_move=ModelMoveStatus("", "", "", 0, 0, True),
+        store_shards=(0, 0),
     )
     gauges = metrics.ServiceGauges()
     gauges.read = lambda: reading

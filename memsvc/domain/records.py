@@ -280,6 +280,8 @@ class ServerDescription:
     model_notice: str = ""  # ModelInfo.notice
     # A model move in progress (memsvc.services.model_move), else None.
     model_move: ModelMoveStatus | None = None
+    # A store in shards: (shards loaded in memory, shards); None for one collection.
+    store_shards: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -232,6 +232,8 @@ class GaugeReading:
     embedder_up: bool = True
     # A model move in progress.
     model_move: ModelMoveStatus | None = None
+    # A store in shards: (loaded, shards).
+    store_shards: tuple[int, int] | None = None
 
 
 class ServiceGauges(Collector):  # type: ignore[misc]
@@ -307,6 +309,17 @@ class ServiceGauges(Collector):  # type: ignore[misc]
             move.add_metric(["rebuilt"], reading.model_move.conversations - left)
             move.add_metric(["left"], left)
             yield move
+        if reading.store_shards is not None:
+            shards = GaugeMetricFamily(
+                "memsvc_store_shards",
+                "A store in shards: shards loaded in memory (searchable at once) and not"
+                " (loaded when next used; after a start, and past the memory budget).",
+                labels=["state"],
+            )
+            loaded, total = reading.store_shards
+            shards.add_metric(["loaded"], loaded)
+            shards.add_metric(["unloaded"], total - loaded)
+            yield shards
         yield GaugeMetricFamily(
             "memsvc_disk_full",
             "1 while writes fail because the disk under the data dir is full (DISK_FULL).",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -71,9 +71,15 @@ class ChunkStore(Protocol):
         ...
 
     def get(
-        self, chunk_ids: Sequence[str], with_vectors: bool = False, with_turn_lines: bool = False
+        self,
+        chunk_ids: Sequence[str],
+        with_vectors: bool = False,
+        with_turn_lines: bool = False,
+        conversations: Collection[str] = (),
     ) -> dict[str, StoredChunk]:
-        """The records with these ids (missing ids are absent)."""
+        """The records with these ids (missing ids are absent). `conversations`: those the
+        ids belong to, where the caller knows them: a store in shards asks only theirs
+        (none named: every shard)."""
         ...
 
     def chunks_of(
@@ -116,7 +122,9 @@ class ChunkStore(Protocol):
         """Insert or replace whole rows by chunk id."""
         ...
 
-    def delete(self, chunk_ids: Sequence[str]) -> None: ...
+    def delete(self, chunk_ids: Sequence[str], conversations: Collection[str] = ()) -> None:
+        """Remove rows by id; `conversations` as for `get`."""
+        ...
 
     def set_deleted(self, chunks: Sequence[StoredChunk]) -> None:
         """Rewrite rows (read with their vectors) with deleted = true."""

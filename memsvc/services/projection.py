@@ -154,7 +154,7 @@ class Projector(RecordWrites):
             # A chunk over a now-deleted turn leaves the layout: hide its stored copy first
             # (it may be a re-rendering without that turn, stored live), so a failure below
             # leaves nothing visible and the next replan finds the row gone again.
-            stored = self.store.get(deleted, with_vectors=True)
+            stored = self.store.get(deleted, with_vectors=True, conversations=[conv])
             self.locks.ensure(conv)
             self.store.set_deleted([c for c in stored.values() if not c.record.metadata.deleted])
         if fresh or gone or (row is not None and row.planned_seq(version) != seq):
@@ -208,7 +208,7 @@ class Projector(RecordWrites):
         if row is None:  # no log left for it: nothing of it may stay in the store
             stale = self.store.chunks_of(conv, deleted=None)
             self.locks.ensure(conv)
-            self.store.delete([c.record.chunk_id for c in stale])
+            self.store.delete([c.record.chunk_id for c in stale], [conv])
             return Reconciled([], 0, len(stale))
         start_seq = row.work_seq
         versions |= {row.active_version} | ({row.building_version} - {0})
@@ -262,7 +262,7 @@ class Projector(RecordWrites):
         self.store.set_current(mark_on, True)
         self.store.set_deleted(hide)
         self.store.set_current(mark_off, False)
-        self.store.delete(remove)
+        self.store.delete(remove, [conv])
         with self.log.transaction() as tx:
             tx.unmark_indexed(sorted(rewrite & {cid for cid, lr in layout.items() if lr.indexed}))
             erasures = tx.erasures()

@@ -75,7 +75,10 @@ class RecordWrites:
         need = authored
         if not lacking:
             with stage("write", "read"):
-                existing = self.store.get([r.chunk_id for r in authored])
+                existing = self.store.get(
+                    [r.chunk_id for r in authored],
+                    conversations={r.metadata.conversation_id for r in authored},
+                )
             need = [r for r in authored if not _holds(existing.get(r.chunk_id), r)]
         checked = len(errors)
         with stage("write", "tokens"):
@@ -175,7 +178,7 @@ class RecordWrites:
                 row = view.conversation(conv)
             active = row.active_version if row is not None else 0
         with stage("write", "read"):
-            existing = self.store.get([r.chunk_id for r in records])
+            existing = self.store.get([r.chunk_id for r in records], conversations=[conv])
         writes: list[StoredChunk] = []
         stale: set[str] = set()
         for r in records:
@@ -239,9 +242,10 @@ class RecordWrites:
             pending = r.pending_superseded(conversation_id)
         if not pending:
             return 0
-        live = [cid for cid, c in self.store.get(pending).items() if not c.record.metadata.deleted]
+        stored = self.store.get(pending, conversations=[conversation_id])
+        live = [cid for cid, c in stored.items() if not c.record.metadata.deleted]
         self.locks.ensure(conversation_id)
-        self.store.delete(live)
+        self.store.delete(live, [conversation_id])
         with self.log.transaction() as tx:
             tx.superseded_done(pending)
         metrics.CHUNKS_WRITTEN.labels("retired").inc(len(live))

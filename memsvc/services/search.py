@@ -280,7 +280,8 @@ class SearchService:
         if req.mmr_lambda and len(ranked) > top_k:
             head = ranked[: max(MMR_POOL, top_k * 4)]
             with stage("search", "read"):
-                read = self.store.get([cid for cid, _ in head], with_vectors=True)
+                ids, convs = [cid for cid, _ in head], scope.filters.conversation_ids
+                read = self.store.get(ids, with_vectors=True, conversations=convs)
             records = self.selector.verified(read, audit)
             picked = mmr_select(dedup_text(head, records), records, len(head), req.mmr_lambda)
             top = within(picked, records, coverage)[:top_k]

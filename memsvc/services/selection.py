@@ -131,10 +131,10 @@ class HitSelector:
         unread = [cid for cid in ids if cid not in found]
         if unread:
             with stage("search", "read"):
-                fresh = (
-                    self.store.get(unread, with_turn_lines=True)
-                    if narrowing is not None
-                    else self.store.get(unread)
+                fresh = self.store.get(
+                    unread,
+                    with_turn_lines=narrowing is not None,
+                    conversations={live[cid].span[0] for cid in unread if cid in live},
                 )
             self.recent.keep(fresh.values())
             found.update(fresh)

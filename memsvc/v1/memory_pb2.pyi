@@ -559,7 +559,7 @@ class ServerFigures(_message.Message):
     def __init__(self, uptime_s: _Optional[float] = ..., chunks_written: _Optional[int] = ..., searches: _Optional[int] = ..., search_latency_bounds_s: _Optional[_Iterable[float]] = ..., search_latency_counts: _Optional[_Iterable[int]] = ..., index_lag_count: _Optional[int] = ..., index_lag_sum_s: _Optional[float] = ...) -> None: ...
 
 class ServerInfo(_message.Message):
-    __slots__ = ("version", "model", "model_fallback", "dim", "embed_backend", "log_backend", "model_notice", "model_move")
+    __slots__ = ("version", "model", "model_fallback", "dim", "embed_backend", "log_backend", "model_notice", "model_move", "store_shards", "store_shards_loaded")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODEL_FALLBACK_FIELD_NUMBER: _ClassVar[int]
@@ -568,6 +568,8 @@ class ServerInfo(_message.Message):
     LOG_BACKEND_FIELD_NUMBER: _ClassVar[int]
     MODEL_NOTICE_FIELD_NUMBER: _ClassVar[int]
     MODEL_MOVE_FIELD_NUMBER: _ClassVar[int]
+    STORE_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    STORE_SHARDS_LOADED_FIELD_NUMBER: _ClassVar[int]
     version: str
     model: str
     model_fallback: bool
@@ -576,7 +578,9 @@ class ServerInfo(_message.Message):
     log_backend: str
     model_notice: str
     model_move: ModelMove
-    def __init__(self, version: _Optional[str] = ..., model: _Optional[str] = ..., model_fallback: _Optional[bool] = ..., dim: _Optional[int] = ..., embed_backend: _Optional[str] = ..., log_backend: _Optional[str] = ..., model_notice: _Optional[str] = ..., model_move: _Optional[_Union[ModelMove, _Mapping]] = ...) -> None: ...
+    store_shards: int
+    store_shards_loaded: int
+    def __init__(self, version: _Optional[str] = ..., model: _Optional[str] = ..., model_fallback: _Optional[bool] = ..., dim: _Optional[int] = ..., embed_backend: _Optional[str] = ..., log_backend: _Optional[str] = ..., model_notice: _Optional[str] = ..., model_move: _Optional[_Union[ModelMove, _Mapping]] = ..., store_shards: _Optional[int] = ..., store_shards_loaded: _Optional[int] = ...) -> None: ...
 
 class ModelMove(_message.Message):
     __slots__ = ("from_model", "from_collection", "to_collection", "conversations", "left", "previous_model_serves")

@@ -4,6 +4,7 @@ opened with the model its marker records, read only, and dropped once the move i
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,10 @@ class PreviousCollection(MilvusChunkStore):
         self.model = model
         self.dim = model.dim
         self._token = ""
+        self._new_shards = 1
+        self._memory_budget = owner._memory_budget
+        self._pool = None
+        self._pool_lock = threading.Lock()
         self._rows_seen = False
         self.base_collection = self.collection = collection
         self._open_collection()
@@ -48,8 +53,9 @@ class PreviousCollection(MilvusChunkStore):
         False when it is gone (another replica ended the move)."""
         if not self._client.has_collection(self.collection):
             return False
-        self._client.load_collection(self.collection)
-        return True
+        self.residency.forget()
+        with self.residency.using([self.collection]):
+            return True
 
     @staticmethod
     def recorded(owner: MilvusChunkStore, collection: str) -> ModelIdentity | None:
@@ -57,9 +63,10 @@ class PreviousCollection(MilvusChunkStore):
         return schema.recorded_model(owner._client, collection)
 
     def _open_collection(self) -> None:
-        self.schema_version, self.identity = schema.ensure_collection(
+        self.schema_version, self.identity, count = schema.ensure_collection(
             self._client, self.collection, self.uri, self.model
         )
+        self._open_shards(count)
 
     def close(self, erase: bool = False) -> None:
         """The connection is the owner's."""
@@ -68,10 +75,13 @@ class PreviousCollection(MilvusChunkStore):
         return self._owner.up
 
     def drop(self) -> None:
-        """Remove the collection (the move is done; every vector is rebuilt beside it)."""
-        if self._client.has_collection(self.collection):
-            self._client.drop_collection(self.collection)
-            log.info("collection_dropped", collection=self.collection, uri=self.uri)
+        """Remove the collection and its shards (the move is done; every vector is rebuilt
+        beside it). Shard 0 last: it names the others."""
+        self.residency.stop()
+        for name in reversed(self.shards.names):
+            if self._client.has_collection(name):
+                self._client.drop_collection(name)
+        log.info("collection_dropped", collection=self.collection, uri=self.uri)
 
     def forget_turns(self, conversation_id: str, turn_ids: Sequence[int]) -> None:
         """A purge during the move: no chunk here keeps the purged turns' text."""
@@ -80,7 +90,7 @@ class PreviousCollection(MilvusChunkStore):
         spans = [(t, t) for t in sorted(set(turn_ids))]
         for start in range(0, len(spans), 200):  # expressions of a bounded size
             rows = self.live_overlapping(conversation_id, spans[start : start + 200])
-            self.delete([r.record.chunk_id for r in rows])
+            self.delete([r.record.chunk_id for r in rows], [conversation_id])
 
 
 def drop_abandoned(owner: MilvusChunkStore, keep: Sequence[str]) -> list[str]:
@@ -90,11 +100,12 @@ def drop_abandoned(owner: MilvusChunkStore, keep: Sequence[str]) -> list[str]:
     prefix = f"{owner.base_collection}__"
     dropped = []
     for name in owner._client.list_collections():
-        if not name.startswith(prefix) or name in keep:
+        if not name.startswith(prefix) or name in keep or schema.is_shard(owner._client, name):
             continue
         model = schema.recorded_model(owner._client, name)
         if model is not None and model.model:  # memsvc's marker: a collection of ours
-            owner._client.drop_collection(name)
+            for shard in reversed(schema.shard_names(owner._client, name)):
+                owner._client.drop_collection(shard)
             log.warning("collection_abandoned_dropped", collection=name, uri=owner.uri)
             dropped.append(name)
     return dropped

@@ -94,11 +94,13 @@ def collection_for(client: Any, base: str, model: ModelIdentity) -> str:
 
 
 def ensure_collection(
-    client: Any, collection: str, uri: str, model: ModelIdentity
-) -> tuple[int, str]:
-    """Opens (loads) the collection, or creates it; returns its schema version and its
-    identity (an id made when the collection was created: the log recognises the same
-    collection at another address). A collection written by another model (another
+    client: Any, collection: str, uri: str, model: ModelIdentity, shards: int = 1
+) -> tuple[int, str, int]:
+    """Opens the collection, or creates it (in `shards` collections: memsvc.storage.milvus.
+    shards); returns its schema version, its identity (an id made when the collection was
+    created: the log recognises the same collection at another address) and its count of
+    shards, the one recorded at its creation. A collection of one shard is loaded here;
+    shards load when used. A collection written by another model (another
     dimension, or a fingerprint that disagrees) is FailedPrecondition with the remedy;
     the same vectors under another name (the local model moved to a server) are not."""
     if client.has_collection(collection):
@@ -152,17 +154,26 @@ def ensure_collection(
                 remedy="set MEMSVC_COLLECTION to a new name: it is rebuilt from the"
                 " event log; drop the old collection afterwards",
             )
-        client.load_collection(collection)
-        return version, f"{_id_from_marker(found, uri, collection)}|{recorded.model}|{recorded.dim}"
+        count = int(found.get("shards", 1))
+        _ensure_shards(client, collection, count, found, model.dim)
+        if count == 1:
+            client.load_collection(collection)
+        identity = f"{_id_from_marker(found, uri, collection)}|{recorded.model}|{recorded.dim}"
+        return version, identity, count
     store_id = uuid.uuid4().hex
-    marker = {"memsvc_schema": SCHEMA_VERSION, **model.to_json(), "store_id": store_id}
+    marker: dict[str, Any] = {"memsvc_schema": SCHEMA_VERSION, **model.to_json()}
+    marker["store_id"] = store_id
+    if shards > 1:
+        marker["shards"] = shards
     try:
+        # the shards first: a crash between leaves no marker naming shards that are not
+        _ensure_shards(client, collection, shards, marker, model.dim)
         _create(client, collection, json.dumps(marker), model.dim)
     except Exception:
         if not client.has_collection(collection):
             raise
         # another process sharing the store created it meanwhile: open theirs
-        return ensure_collection(client, collection, uri, model)
+        return ensure_collection(client, collection, uri, model, shards)
     log.info(
         "collection_created",
         collection=collection,
@@ -170,7 +181,34 @@ def ensure_collection(
         dim=model.dim,
         provider=model.provider,
     )
-    return SCHEMA_VERSION, f"{store_id}|{model.model}|{model.dim}"
+    return SCHEMA_VERSION, f"{store_id}|{model.model}|{model.dim}", shards
+
+
+def _ensure_shards(client: Any, base: str, count: int, marker: dict[str, Any], dim: int) -> None:
+    """Shards 1.. of `base` (shard 0 is `base` itself), made where missing, each marked as
+    one (`shard_of`): a listing of collections tells them from collections of their own."""
+    from memsvc.storage.milvus.shards import shard_name
+
+    for index in range(1, count):
+        name = shard_name(base, index)
+        if not client.has_collection(name):
+            own = {**marker, "shard_of": base, "shard": index}
+            own.pop("shards", None)
+            _create(client, name, json.dumps(own), dim, load=False)
+
+
+def shard_names(client: Any, collection: str) -> list[str]:
+    """The collections holding `collection`'s rows: itself and its shards."""
+    from memsvc.storage.milvus.shards import shard_name
+
+    if not client.has_collection(collection):
+        return []
+    count = int(_marker(client.describe_collection(collection)).get("shards", 1))
+    return [shard_name(collection, i) for i in range(count)]
+
+
+def is_shard(client: Any, collection: str) -> bool:
+    return "shard_of" in _marker(client.describe_collection(collection))
 
 
 def collection_id(client: Any, collection: str, uri: str, timeout: float) -> str:
@@ -194,7 +232,7 @@ def _id_from_marker(found: dict[str, Any], uri: str, collection: str) -> str:
     return str(found.get("store_id") or f"{uri}|{collection}")
 
 
-def _create(client: Any, collection: str, description: str, dim: int) -> None:
+def _create(client: Any, collection: str, description: str, dim: int, load: bool = True) -> None:
     from pymilvus import DataType, Function, FunctionType
 
     schema = client.create_schema(
@@ -261,4 +299,5 @@ def _create(client: Any, collection: str, description: str, dim: int) -> None:
     # An empty collection's indexes are ready once made: pymilvus's wait for each polls
     # every 0.5 s, 1.5 of a new store's 2 s.
     client.create_index(collection, index, sync=False)
-    client.load_collection(collection)
+    if load:
+        client.load_collection(collection)

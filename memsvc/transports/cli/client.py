@@ -253,6 +253,7 @@ def cmd_status(stub: Stub, args: argparse.Namespace) -> int:
         out.print(
             f"memsvc {server.version}, model {server.model} (dim {server.dim},"
             f" {server.embed_backend}), log on {server.log_backend}"
+            + _shards_line(server.store_shards, server.store_shards_loaded)
             + (f"\nWARNING: {server.model_notice}" if server.model_notice else ""),
             markup=False,
             highlight=False,
@@ -436,3 +437,10 @@ def _pauser(paused: bool) -> Callable[[Stub, argparse.Namespace], int]:
         return 0
 
     return run
+
+
+def _shards_line(shards: int, loaded: int) -> str:
+    if shards <= 1:
+        return ""
+    loading = "" if loaded >= shards else ", the rest load in the background or when used"
+    return f", store in {shards} shards ({loaded} loaded{loading})"

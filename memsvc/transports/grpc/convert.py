@@ -142,6 +142,8 @@ def server_info_to_pb(server: ServerDescription) -> pb.ServerInfo:
         embed_backend=server.embed_backend,
         log_backend=server.log_backend,
         model_notice=server.model_notice,
+        store_shards=server.store_shards[1] if server.store_shards else 1,
+        store_shards_loaded=server.store_shards[0] if server.store_shards else 1,
         model_move=None
         if (move := server.model_move) is None
         else pb.ModelMove(

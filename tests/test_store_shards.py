@@ -1,0 +1,229 @@
+"""A store in shards (issue 85) answers as one collection would: a randomized sequence of
+writes, deletes and reads on real Milvus Lite, a store of four shards under a memory budget
+that holds about one (so shards are released and loaded again throughout), checked step by
+step against a dictionary of the rows it should hold. Then what a shard layout keeps: its
+count across restarts, shard 0 as the collection of a one-shard store, loading on first use
+after a restart, the gauge of loaded shards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from structlog.testing import capture_logs
+
+from memsvc.domain.records import StoredChunk
+from memsvc.domain.types import SearchFilters
+from memsvc.ports import SearchScope
+from memsvc.storage.milvus import schema
+from memsvc.storage.milvus.shards import BYTES_PER_ROW, ShardMap, shard_index
+from memsvc.storage.milvus.store import MilvusChunkStore
+from tests.test_store import DIM, ident, record
+
+CONVERSATIONS = [f"t{t}/c{c}" for t in range(3) for c in range(4)]
+SHARDS = 4
+
+
+def shard_store(path: Path, budget_rows: int = 0) -> MilvusChunkStore:
+    return MilvusChunkStore(
+        str(path / "m.db"),
+        "c",
+        ident("m"),
+        shards=SHARDS,
+        memory_budget_bytes=budget_rows * BYTES_PER_ROW,
+    )
+
+
+def scoped(*conversations: str) -> SearchScope:
+    # every row written here is current: the default filter then keeps live rows
+    return SearchScope(SearchFilters(conversation_ids=conversations))
+
+
+def nearest(rows: dict[str, StoredChunk], query: np.ndarray, convs: set[str] | None) -> list[str]:
+    scored = [
+        (float(np.dot(query, c.vector)), cid)
+        for cid, c in rows.items()
+        if c.vector is not None
+        and not c.record.metadata.deleted
+        and (convs is None or c.record.metadata.conversation_id in convs)
+    ]
+    return [cid for _, cid in sorted(scored, reverse=True)]
+
+
+class ShardedStoreMachine(RuleBasedStateMachine):
+    """The store against `model`: chunk id -> the row it holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+
+        self.dir = Path(tempfile.mkdtemp(prefix="shards-"))
+        self.store = shard_store(self.dir, budget_rows=6)
+        self.model: dict[str, StoredChunk] = {}
+        self.turn = 0
+
+    def teardown(self) -> None:
+        self.store.close()
+
+    @rule(conv=st.sampled_from(CONVERSATIONS), n=st.integers(1, 3))
+    def write(self, conv: str, n: int) -> None:
+        rows = []
+        for _ in range(n):
+            self.turn += 2
+            rows.append(record(conv, self.turn, f"{conv} turn {self.turn}"))
+        self.store.upsert(rows)
+        self.model.update((r.record.chunk_id, r) for r in rows)
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data(), named=st.booleans())
+    def delete(self, data: st.DataObject, named: bool) -> None:
+        cid = data.draw(st.sampled_from(sorted(self.model)))
+        conv = self.model[cid].record.metadata.conversation_id
+        self.store.delete([cid], [conv] if named else ())
+        del self.model[cid]
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def hide(self, data: st.DataObject) -> None:
+        cid = data.draw(st.sampled_from(sorted(self.model)))
+        got = self.store.get(
+            [cid],
+            with_vectors=True,
+            conversations=[self.model[cid].record.metadata.conversation_id],
+        )
+        self.store.set_deleted(list(got.values()))
+        self.model[cid] = _deleted(got[cid])
+
+    @rule(data=st.data(), named=st.booleans())
+    def get(self, data: st.DataObject, named: bool) -> None:
+        ids = data.draw(st.lists(st.sampled_from(sorted(self.model) or ["chk_none"]), max_size=4))
+        ids += ["chk_missing"]
+        convs = {self.model[c].record.metadata.conversation_id for c in ids if c in self.model}
+        got = self.store.get(ids, conversations=convs if named else ())
+        assert set(got) == {c for c in ids if c in self.model}
+        for cid, chunk in got.items():
+            assert chunk.record == self.model[cid].record
+
+    @rule(conv=st.sampled_from(CONVERSATIONS))
+    def reads_of_one_conversation(self, conv: str) -> None:
+        mine = {c for c, r in self.model.items() if r.record.metadata.conversation_id == conv}
+        assert {c.record.chunk_id for c in self.store.chunks_of(conv, deleted=None)} == mine
+        assert set(self.store.digests(conv)) == mine
+        live = {c for c in mine if not self.model[c].record.metadata.deleted}
+        spans = self.store.live_overlapping(conv, None)
+        assert {c.record.chunk_id for c in spans} == live
+
+    @rule(
+        convs=st.lists(st.sampled_from(CONVERSATIONS), max_size=3, unique=True),
+        seed=st.integers(0, 99),
+    )
+    def search(self, convs: list[str], seed: int) -> None:
+        query = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+        found = self.store.search_dense(query, scoped(*convs), 5)
+        want = nearest(self.model, query, set(convs) if convs else None)[:5]
+        assert [c.chunk_id for c in found] == want
+
+    @invariant()
+    def every_row_and_count(self) -> None:
+        assert set(self.store.digests()) == set(self.model)
+        assert self.store.count(deleted=None) == len(self.model)
+        # each row in the shard of its conversation
+        for cid, row in self.store.digests().items():
+            assert self.store.shards.of(row[0]) == self.store.shards.of(
+                self.model[cid].record.metadata.conversation_id
+            )
+
+
+def _deleted(chunk: StoredChunk) -> StoredChunk:
+    from dataclasses import replace
+
+    meta = replace(chunk.record.metadata, deleted=True)
+    return replace(chunk, record=replace(chunk.record, metadata=meta))
+
+
+ShardedStoreMachine.TestCase.settings = settings(
+    max_examples=12,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_a_store_in_shards_answers_as_one_collection = ShardedStoreMachine.TestCase
+
+
+def test_shard_routing_is_stable_and_spreads_conversations() -> None:
+    # the hash is the store's layout on disk: it must never change
+    assert [shard_index(c, 64) for c in ("a", "acme/u1", "会话")] == [
+        shard_index("a", 64),
+        shard_index("acme/u1", 64),
+        shard_index("会话", 64),
+    ]
+    assert shard_index("anything", 1) == 0
+    counts = np.bincount([shard_index(f"t{i % 50}/c{i}", 64) for i in range(64_000)], minlength=64)
+    assert counts.min() > 0.8 * 1000 and counts.max() < 1.2 * 1000
+    assert ShardMap("c", 4).names == ["c", "c_shard1", "c_shard2", "c_shard3"]
+
+
+def test_a_store_keeps_its_shards_and_loads_them_when_used(tmp_path: Path) -> None:
+    store = shard_store(tmp_path)
+    rows = [record(c, 2, f"{c} hello") for c in CONVERSATIONS]
+    store.upsert(rows)
+    store.close()
+    # opened again with another count configured: the count it was made with is kept
+    with capture_logs() as logs:
+        again = MilvusChunkStore(str(tmp_path / "m.db"), "c", ident("m"), shards=1)
+    try:
+        assert again.shards.count == SHARDS
+        assert any(e["event"] == "store_shards_kept" for e in logs)
+        # nothing loaded until used; a read of one conversation loads its shard alone
+        assert again.residency.progress() == (0, SHARDS)
+        conv = CONVERSATIONS[0]
+        assert [c.record.chunk_id for c in again.chunks_of(conv)] == [rows[0].record.chunk_id]
+        assert again.residency.progress() == (1, SHARDS)
+        # a count reads the others without loading them
+        assert again.count(deleted=None) == len(rows)
+        assert again.residency.progress() == (1, SHARDS)
+        query = np.ones(DIM, dtype=np.float32)
+        assert len(again.search_dense(query, SearchScope(), 50)) == len(rows)
+        assert again.residency.progress() == (SHARDS, SHARDS)
+    finally:
+        again.close()
+
+
+def test_a_memory_budget_releases_the_least_recently_used_shards(tmp_path: Path) -> None:
+    store = shard_store(tmp_path, budget_rows=4)
+    try:
+        by_shard: dict[str, list[str]] = {}
+        for c in CONVERSATIONS:
+            by_shard.setdefault(store.shards.of(c), []).append(c)
+        assert len(by_shard) >= 3
+        for convs in by_shard.values():
+            store.upsert([record(c, t, f"{c} {t}") for c in convs[:1] for t in (2, 4, 6)])
+        # three rows a shard, a budget of four rows: one shard loaded at a time
+        loaded, _ = store.residency.progress()
+        assert loaded == 1 and store.residency.releases >= len(by_shard) - 1
+        for convs in by_shard.values():
+            assert len(store.chunks_of(convs[0])) == 3
+        assert store.residency.progress()[0] == 1
+    finally:
+        store.close()
+
+
+def test_the_shards_of_a_collection_are_dropped_with_it(tmp_path: Path) -> None:
+    from memsvc.storage.milvus.previous import PreviousCollection
+
+    store = shard_store(tmp_path)
+    try:
+        client: Any = store._client
+        assert schema.shard_names(client, "c") == ShardMap("c", SHARDS).names
+        assert schema.is_shard(client, "c_shard2") and not schema.is_shard(client, "c")
+        # a moved-from collection in shards, beside the store: dropped whole at the move's end
+        schema.ensure_collection(client, "old", store.uri, ident("m"), shards=3)
+        assert schema.shard_names(client, "old") == ["old", "old_shard1", "old_shard2"]
+        PreviousCollection(store, "old", ident("m")).drop()
+        assert not any(n.startswith("old") for n in client.list_collections())
+    finally:
+        store.close()
