@@ -339,6 +339,12 @@ def main() -> None:
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--searches", type=int, default=200)
     parser.add_argument("--reindex-all-up-to", type=int, default=10_000)
+    parser.add_argument(
+        "--shards", type=int, default=1, help="MEMSVC_STORE_SHARDS of the node's new store"
+    )
+    parser.add_argument(
+        "--memory-mib", type=int, default=0, help="MEMSVC_STORE_MEMORY_MIB (0: no budget)"
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument(
         "--keep", type=Path, help="hold the node's data in this new directory, kept after the run"
@@ -361,6 +367,8 @@ def main() -> None:
         "MEMSVC_EMBED_MODEL": "hash-384",
         "MEMSVC_EMBED_FALLBACK": "false",
         "MEMSVC_OVERSIZE": "truncate",  # BEAM holds a 349,000-character turn
+        "MEMSVC_STORE_SHARDS": str(args.shards),
+        "MEMSVC_STORE_MEMORY_MIB": str(args.memory_mib),
     }
     args.data_paths = [root / "data"]
     stop_backend: Callable[[], None] = lambda: None  # noqa: E731

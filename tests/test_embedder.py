@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -369,3 +371,16 @@ def test_a_failing_local_model_is_down_until_it_answers_again(embedder: Embedder
             embedder.encode_queries(["where is my passport"])
         assert not watch.check() and not watch.check() and not watch.up
     assert watch.check() and watch.up
+
+
+@given(st.text(max_size=200))
+def test_the_token_estimate_is_the_one_logs_recorded(text: str) -> None:
+    """The estimate counted with str methods (estimate-v1 unchanged: logs keep the counts
+    they recorded with it) equals its definition, character by character."""
+    from memsvc.embedding.tokens import estimate_tokens
+
+    words = re.findall(r"[A-Za-z0-9]+", text)
+    ascii_marks = sum(1 for ch in text if ch < "\x80" and not ch.isspace())
+    other = sum(1 for ch in text if ch >= "\x80" and not ch.isspace())
+    defined = sum(math.ceil(len(w) / 3) for w in words) + ascii_marks - sum(map(len, words))
+    assert estimate_tokens(text) == defined + other
