@@ -2,7 +2,7 @@
 
     python benchmarks/scale.py [--stages 20,1000,10000,100000] [--turns 10]
         [--backend sqlite|postgres] [--searches 200] [--reindex-all-up-to 10000]
-        [--beam DIR] [--json FILE] [--keep DIR]
+        [--beam DIR] [--json FILE] [--keep DIR | --reuse DIR] [--shards N] [--memory-mib M]
 
 One `memsvc serve` (SQLite + Milvus Lite in its data dir, or PostgreSQL + the milvus-lite
 TCP server) is grown stage by stage: at each, the conversations up to the stage's count
@@ -111,14 +111,27 @@ class Node:
         own = rss_kib(self.proc.pid)
         return own / 1024, sum(rss_kib(c) for c in children(self.proc.pid)) / 1024
 
-    def chunks(self) -> int:
+    def gauge(self, name: str) -> float | None:
         import urllib.request
 
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         for line in urllib.request.urlopen(url, timeout=30).read().decode().splitlines():
-            if line.startswith("memsvc_chunks_stored "):
-                return int(float(line.split()[1]))
-        return 0
+            if line.startswith(f"{name} "):
+                return float(line.split()[1])
+        return None
+
+    def chunks(self) -> int:
+        return int(self.gauge("memsvc_chunks_stored") or 0)
+
+    def shards_loaded(self, timeout_s: float = 1800) -> float:
+        """Seconds from now until a store in shards has loaded every one (0: one
+        collection, loaded before SERVING)."""
+        began = time.perf_counter()
+        while self.gauge('memsvc_store_shards{state="unloaded"}') not in (None, 0.0):
+            if time.perf_counter() - began > timeout_s:
+                raise TimeoutError("shards not loaded")
+            time.sleep(0.2)
+        return time.perf_counter() - began
 
 
 def settled(stub: pb_grpc.MemoryServiceStub, timeout_s: float = 24 * 3600) -> None:
@@ -133,12 +146,16 @@ def settled(stub: pb_grpc.MemoryServiceStub, timeout_s: float = 24 * 3600) -> No
 
 
 def load(
-    node: Node, pool: Pool, numbers: range, turns: int, beam_share: float
+    node: Node, pool: Pool, numbers: range, turns: int, beam_share: float, paused: bool = False
 ) -> tuple[float, str]:
     """Append conversations `numbers` from two client threads, then wait until indexed;
-    returns the seconds, and where the server's time went (ms per 1,000 turns)."""
+    returns the seconds, and where the server's time went (ms per 1,000 turns). `paused`:
+    indexing is paused while the appends run, then resumed (a backfill: the worker then
+    has the cores to itself)."""
     times = ServerTimes(node.metrics_port)
     began = time.perf_counter()
+    if paused:
+        node.stub.SetIndexingPaused(pb.SetIndexingPausedRequest(paused=True), timeout=120)
     calls = batches(pool, numbers, turns, beam_share, CALL_BYTES)
     lock = threading.Lock()
     failures: list[str] = []
@@ -163,6 +180,8 @@ def load(
         t.join()
     if failures:
         raise RuntimeError(f"{len(failures)} calls had refused events: {failures[0]}")
+    if paused:
+        node.stub.SetIndexingPaused(pb.SetIndexingPausedRequest(paused=False), timeout=120)
     settled(node.stub)
     elapsed = time.perf_counter() - began
     return elapsed, breakdown([times.since(len(numbers) * turns / 1000, "write", ["AppendEvents"])])
@@ -315,11 +334,16 @@ def measure(node: Node, pool: Pool, loaded: int, args: argparse.Namespace) -> di
         stub.Reindex(pb.ReindexRequest(all=True), timeout=600)
         settled(stub)
         row["reindex_all_s"] = round(time.perf_counter() - start, 1)
-    victim = 10_000_000 + loaded  # appended for this only: the stage's conversations stay
+    # appended for this only: the stage's conversations stay (a measure again of a kept
+    # node takes a victim of its own: the first one's turns stay deleted)
+    victim = 10_000_000 + loaded + (int(time.time()) % 100_000 * 1_000_000 if args.reuse else 0)
     load(node, pool, range(victim, victim + 1), args.turns, args.beam_share)
     row["purge_one_ms"] = round(purge_one(stub, conversation_id(victim)), 1)
     node.stop()
     row["start_to_serving_s"] = round(node.start(), 1)
+    row["then_every_shard_loaded_s"] = round(node.shards_loaded(), 1)
+    own, milvus = node.rss_mib()
+    row |= {"rss_after_start_memsvc_mib": round(own), "rss_after_start_milvus_mib": round(milvus)}
     return row
 
 
@@ -347,12 +371,26 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument(
+        "--backfill",
+        action="store_true",
+        help="append each stage with indexing paused, then index it (the load rate of a"
+        " restore or backfill, not of live traffic)",
+    )
+    parser.add_argument(
         "--keep", type=Path, help="hold the node's data in this new directory, kept after the run"
+    )
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        help="a directory --keep held: its node measured again (as its last stage, with this"
+        " run's settings: --memory-mib), nothing loaded",
     )
     args = parser.parse_args()
 
     pool = load_pool(args.eval, args.beam)
-    if args.keep:
+    if args.reuse:
+        root = args.reuse
+    elif args.keep:
         args.keep.mkdir(parents=True)
         root = args.keep
     else:
@@ -395,12 +433,19 @@ def main() -> None:
             # Lite's SQLite table, whose key memsvc indexes only in files it serves itself
             # (a Milvus server finds rows by key without a scan): indexed here, as there.
             lite.index_primary_keys(str(root / "milvus" / "milvus.db"), "memsvc_chunks")
-        loaded = 0
-        for target in args.stages:
-            load_s, spent = load(node, pool, range(loaded, target), args.turns, args.beam_share)
-            added = (target - loaded) * args.turns
+        loaded = args.stages[-1] if args.reuse else 0
+        for target in [loaded] if args.reuse else args.stages:
+            row: dict[str, Any] = {}
+            if not args.reuse:
+                load_s, spent = load(
+                    node, pool, range(loaded, target), args.turns, args.beam_share, args.backfill
+                )
+                added = (target - loaded) * args.turns
+                row = {
+                    "load_turns_per_s": round(added / load_s, 1),
+                    "load_ms_per_1000_turns": spent,
+                }
             loaded = target
-            row = {"load_turns_per_s": round(added / load_s, 1), "load_ms_per_1000_turns": spent}
             row |= measure(node, pool, loaded, args)
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -72,8 +72,10 @@ def open_backend(settings: Settings) -> Backend:
         pg = postgres.open_backend(
             settings.database_url,
             settings.database_pool_size,
-            # every thread that may hold a writer lock at once: calls and index workers
-            lock_holders=settings.grpc_workers + settings.index_workers + 2,
+            # every writer lock held at once: a call's, and an index step's conversations
+            lock_holders=settings.grpc_workers
+            + settings.index_workers * settings.index_batch_conversations
+            + 2,
             listen=settings.database_listen,
             writer_lease_s=settings.writer_lease_s,
             writer_wait_s=settings.writer_wait_s,

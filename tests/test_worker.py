@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 
 import pytest
 
@@ -195,3 +196,56 @@ def test_a_wake_up_sent_while_the_worker_is_busy_is_not_lost(services: Services)
     notifier.notify()  # nobody waiting yet
     notifier.wait(3600, seen)
     assert notifier.generation > seen  # (PostgreSQL's LISTEN may count it twice)
+
+
+def test_a_step_writes_its_conversations_together_and_a_held_one_after_its_writer(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The conversations of one step are stored in one call; one another writer holds at
+    that moment is not waited for while the others' locks are held: it is written alone
+    once its writer lets go, and nothing is lost."""
+    convs = ["g1", "g2", "g3"]
+    written: list[list[str]] = []
+    upsert = services.store.upsert
+
+    def recording_upsert(chunks):  # type: ignore[no-untyped-def]
+        written.append(sorted({c.record.metadata.conversation_id for c in chunks}))
+        upsert(chunks)
+
+    monkeypatch.setattr(services.store, "upsert", recording_upsert)
+    holding, release = threading.Event(), threading.Event()
+
+    def other_writer() -> None:
+        with services.locks.hold("g2"):
+            holding.set()
+            release.wait(60)
+
+    with worker_held(services):
+        for conv in convs:
+            services.ingest.append(conversation(conv, EN_TURNS))
+        planned = []
+        for conv in convs:
+            with services.locks.hold(conv):
+                planned += services.projector.plan(conv)
+        writer = threading.Thread(target=other_writer)
+        writer.start()
+        assert holding.wait(30)
+        outcome: list[object] = []
+        step = threading.Thread(
+            target=lambda: outcome.append(services.projector.store_records(planned, [], True))
+        )
+        step.start()
+        deadline = time.monotonic() + 30
+        while not written and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert written == [["g1", "g3"]]  # g2 waits for its writer (10 s at most)
+        release.set()
+        step.join(60)
+        writer.join(60)
+    assert written == [["g1", "g3"], ["g2"]]
+    result = outcome[0]
+    assert result.errors == [] and result.upserted == len(planned)  # type: ignore[attr-defined]
+    for conv in convs:
+        assert sorted(live(services, conv)) == sorted(
+            c.chunk_id for c in planned if c.metadata.conversation_id == conv
+        )

@@ -6,6 +6,7 @@ Projector, whose `settle` runs after each conversation's write."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -38,6 +39,18 @@ class _Counts:
     retired: int = 0
 
 
+@dataclass(frozen=True)
+class _Write:
+    """One store_records call's embedded records, by conversation, and its tallies."""
+
+    by_conv: dict[str, list[ChunkRecord]]
+    vectors: dict[str, np.ndarray]  # by chunk id
+    lines: dict[str, TurnLines]  # by chunk id, of chunks spanning several turns
+    errors: list[RecordError]
+    counts: _Counts
+    lacking: bool  # the layout says the store lacks these records
+
+
 class RecordWrites:
     log: EventLog
     store: ChunkStore
@@ -55,8 +68,9 @@ class RecordWrites:
         """Embed and store server-authored records; anything else is a per-record error.
         Then each conversation written is settled. `lacking`: the records are ones the
         log's layout says the store lacks (a plan's pending chunks), so the store is not
-        read for them before embedding, only under the lock (a Milvus call of an index
-        step's five: 2.5-5 ms of an ADK add, whatever the conversation's size)."""
+        read for them (two Milvus calls of an index step's five, 2.5-5 ms each whatever the
+        conversation's size): each is written, an upsert of what a crash may have stored
+        already being harmless."""
         try:
             return self._store_records(records, errors, lacking)
         except Exception as exc:
@@ -95,14 +109,29 @@ class RecordWrites:
         by_conv: dict[str, list[ChunkRecord]] = {}
         for r in authored:
             by_conv.setdefault(r.metadata.conversation_id, []).append(r)
-        for conv, group in by_conv.items():
+        write = _Write(by_conv, vectors, lines, errors, counts, lacking)
+        # Every conversation no other writer holds now is written together: one store
+        # call per shard for all of them, not two per conversation (an index step's
+        # conversations). Its locks are taken without waiting, so this writer never waits
+        # while holding one (no lock order to get wrong); a conversation another writer
+        # holds is written alone afterwards, after waiting for it as any writer does.
+        taken: list[str] = []
+        with ExitStack() as held:
+            free = []
+            for conv in sorted(by_conv):
+                try:
+                    held.enter_context(self.locks.hold(conv, wait_s=0.0))
+                    free.append(conv)
+                except ConversationBusy:
+                    taken.append(conv)
+            if free:
+                self._write(free, write)
+        for conv in taken:
             try:
                 with self.locks.hold(conv):
-                    self._write(conv, group, vectors, lines, errors, counts)
-                    with stage("write", "settle"):
-                        self.settle(conv)
+                    self._write([conv], write)
             except ConversationBusy as exc:  # the other conversations are written
-                errors += [RecordError(r.chunk_id, str(exc), REASON_BUSY) for r in group]
+                errors += [RecordError(r.chunk_id, str(exc), REASON_BUSY) for r in by_conv[conv]]
         for outcome in ("upserted", "updated", "unchanged"):
             metrics.CHUNKS_WRITTEN.labels(outcome).inc(getattr(counts, outcome))
         metrics.count_upsert_failures([e.reason for e in errors])
@@ -161,49 +190,44 @@ class RecordWrites:
                 ok.append(rec)
         return ok
 
-    def _write(
-        self,
-        conv: str,
-        records: list[ChunkRecord],
-        vectors: dict[str, np.ndarray],  # by chunk id
-        lines: dict[str, TurnLines],  # by chunk id, of chunks spanning several turns
-        errors: list[RecordError],
-        counts: _Counts,
-    ) -> None:
-        """Under the conversation's lock: check authorship again, write, bookkeep. A chunk
-        of the active version is written `current` (what default searches read)."""
+    def _write(self, convs: list[str], w: _Write) -> None:
+        """Under the locks of `convs`: check authorship again, write, bookkeep, settle. A
+        chunk of the active version is written `current` (what default searches read)."""
         with stage("write", "bookkeep"):
-            records = self._authored(records, errors)
+            records = self._authored([r for c in convs for r in w.by_conv[c]], w.errors)
             with self.log.snapshot() as view:
-                row = view.conversation(conv)
-            active = row.active_version if row is not None else 0
-        with stage("write", "read"):
-            existing = self.store.get([r.chunk_id for r in records], conversations=[conv])
+                rows = {c: view.conversation(c) for c in convs}
+        active = {c: row.active_version if row is not None else 0 for c, row in rows.items()}
+        existing: dict[str, StoredChunk] = {}
+        if not w.lacking:  # else the layout says the store lacks them: nothing to compare
+            with stage("write", "read"):
+                existing = self.store.get([r.chunk_id for r in records], conversations=convs)
         writes: list[StoredChunk] = []
         stale: set[str] = set()
         for r in records:
             old = existing.get(r.chunk_id)
-            current = r.metadata.chunk_version == active
+            current = r.metadata.chunk_version == active[r.metadata.conversation_id]
             if _holds(old, r) and old is not None and old.current == current:
-                counts.unchanged += 1
+                w.counts.unchanged += 1
                 continue
             live = replace(r, metadata=replace(r.metadata, deleted=False))
-            vector = vectors.get(r.chunk_id)
+            vector = w.vectors.get(r.chunk_id)
             if vector is None:  # stored before, changed by a concurrent write: embed it now
                 if self.store.keeps_turn_lines:
-                    lines.update(self.vectors.turn_lines([r]))
-                vector = self.vectors.of([r], errors).get(r.chunk_id)
+                    w.lines.update(self.vectors.turn_lines([r]))
+                vector = self.vectors.of([r], w.errors).get(r.chunk_id)
                 if vector is None:  # its turn changed meanwhile: the next build renders it
                     stale.add(r.chunk_id)
                     continue
             writes.append(
-                StoredChunk(live, content_hash(live), vector, current, lines.get(r.chunk_id))
+                StoredChunk(live, content_hash(live), vector, current, w.lines.get(r.chunk_id))
             )
             if old is None:
-                counts.upserted += 1
+                w.counts.upserted += 1
             else:
-                counts.updated += 1
-        self.locks.ensure(conv)
+                w.counts.updated += 1
+        for conv in convs:
+            self.locks.ensure(conv)
         with stage("write", "store"):
             self.store.upsert(writes)
         with stage("write", "bookkeep"):
@@ -211,7 +235,11 @@ class RecordWrites:
                 tx.mark_indexed(
                     [(r.chunk_id, text_hash(r.text)) for r in records if r.chunk_id not in stale]
                 )
-            counts.retired += self.retire_superseded(conv)
+            for conv in convs:
+                w.counts.retired += self.retire_superseded(conv)
+        with stage("write", "settle"):
+            for conv in convs:
+                self.settle(conv)
 
     def _drop_too_long(
         self, records: list[ChunkRecord], errors: list[RecordError]

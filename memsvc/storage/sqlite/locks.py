@@ -5,8 +5,9 @@ retire, reindex, the index worker's writes) runs while holding that conversation
 different conversations proceed in parallel. Appends do not take it: they only add events,
 which the next build reads. A SQLite log has one process writing it (one per data dir), so
 in-process locks are the whole story; a log shared by replicas needs the database's own.
-A caller never holds two conversations' locks at once, so there is no lock ordering to get
-wrong.
+A caller that holds several conversations' locks at once (a write of an index step's
+conversations together) takes each without waiting (one it cannot take it writes alone
+afterwards), so no writer ever waits while holding one: there is no lock order to get wrong.
 """
 
 from __future__ import annotations
