@@ -102,9 +102,21 @@ class ChunkStore(Protocol):
 
     def count(self, *, deleted: bool | None = None) -> int: ...
 
-    def digests(self, conversation_id: str | None = None) -> dict[str, tuple[str, str, bool]]:
-        """Every row (or a conversation's), lightly: chunk id -> (conversation id, content
-        hash, deleted)."""
+    def digests(
+        self, conversation_id: str | None = None, part: str | None = None
+    ) -> dict[str, tuple[str, str, bool]]:
+        """Every row (or a conversation's, or a part's), lightly: chunk id ->
+        (conversation id, content hash, deleted)."""
+        ...
+
+    def digest_parts(self) -> list[str]:
+        """The parts of the store one round of the audit reads (memsvc.services.audit):
+        all of them, unless reading some would only evict others under a memory budget;
+        each part is read within a bounded number of rounds."""
+        ...
+
+    def part_of(self, conversation_id: str) -> str:
+        """The part holding a conversation's rows."""
         ...
 
     def search_dense(

@@ -15,6 +15,10 @@ or lacks or holds stale a row the log counts as stored, is recorded for reconcil
 its reconcile is done it is not idle and WaitForIndexed says false for it; searches check
 every hit against the log meanwhile (memsvc.services.selection).
 
+A store in shards under a memory budget is read in part each round (the shards loaded,
+and one other in turn: memsvc.storage.milvus.shards), so an audit does not undo the
+budget; every shard is read within as many rounds as there are shards.
+
 Reading the whole store takes a while at size (seconds at 100,000 chunks), and the index
 worker writes meanwhile: a conversation whose step stored its chunks after the store was
 read and marked them indexed before the log was read looks out of line, and is not. So each
@@ -25,6 +29,7 @@ for the next audit."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import structlog
 
@@ -83,9 +88,12 @@ class StoreAudit:
         conversations recorded for reconciling."""
         with self._lock:
             bootstrap.follow_store_identity(self.events, self.store.identity)
-            stored = self.store.digests()
+            parts = self.store.digest_parts()
+            stored: Stored = {}
+            for part in parts:
+                stored.update(self.store.digests(part=part))
             with self.events.snapshot() as r:
-                layout = r.layout_digests()
+                layout = _within(r.layout_digests(), set(parts), self.store.part_of)
                 waiting = r.all_waiting_superseded()
                 # those already recorded for reconciling are left out: only the conversations
                 # found are looked up (one query per conversation held took seconds at size)
@@ -140,6 +148,19 @@ class StoreAudit:
                 self.run()
             except Exception as exc:  # the store or log went away: the next round retries
                 log.warning("store_audit_failed", error=str(exc)[:300])
+
+
+def _within(layout: Layout, parts: set[str], part_of: Callable[[str], str]) -> Layout:
+    """The layout's rows of conversations the parts read hold (all, most rounds)."""
+    of: dict[str, bool] = {}
+    out: Layout = {}
+    for cid, row in layout.items():
+        inside = of.get(row[0])
+        if inside is None:
+            inside = of[row[0]] = part_of(row[0]) in parts
+        if inside:
+            out[cid] = row
+    return out
 
 
 def _out_of_line(layout: Layout, stored: Stored, waiting: set[str]) -> set[str]:

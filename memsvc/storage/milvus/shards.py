@@ -109,6 +109,7 @@ class Residency:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.releases = 0
+        self._audit_turn = -1  # which shard not loaded an audit round read last
 
     def mark_loaded(self, name: str) -> None:
         """A shard loaded outside `using` (at creation)."""
@@ -206,6 +207,21 @@ class Residency:
     def is_loaded(self, name: str) -> bool:
         with self._lock:
             return self._shards[name].loaded
+
+    def audit_round(self) -> list[str]:
+        """The shards one round of the store audit reads: every one without a budget (all
+        are loaded); with one, those loaded now and the next of the others in turn, so a
+        round neither loads every shard nor releases the ones in use, and every shard is
+        read within as many rounds as there are shards."""
+        with self._lock:
+            if not self.budget_bytes:
+                return list(self._names)
+            loaded = [n for n in self._names if self._shards[n].loaded]
+            others = [n for n in self._names if not self._shards[n].loaded]
+            if others:
+                self._audit_turn = (self._audit_turn + 1) % len(others)
+                loaded.append(others[self._audit_turn])
+            return loaded
 
     def progress(self) -> tuple[int, int]:
         """(shards loaded, shards)."""

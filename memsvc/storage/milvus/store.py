@@ -146,12 +146,20 @@ class MilvusChunkStore(MilvusCollection):
                 return
             last = max(str(r["chunk_id"]) for r in rows)
 
+    def digest_parts(self) -> list[str]:
+        return self.residency.audit_round()
+
+    def part_of(self, conversation_id: str) -> str:
+        return self.shards.of(conversation_id)
+
     @store_call
-    def digests(self, conversation_id: str | None = None) -> dict[str, tuple[str, str, bool]]:
+    def digests(
+        self, conversation_id: str | None = None, part: str | None = None
+    ) -> dict[str, tuple[str, str, bool]]:
         out: dict[str, tuple[str, str, bool]] = {}
         scope = ex.chunks_of_expr(conversation_id, None, None) if conversation_id else ""
         fields = ["chunk_id", "conversation_id", "content_hash", "deleted"]
-        for name in self._shards_of(conversation_id):
+        for name in [part] if part is not None else self._shards_of(conversation_id):
             with self.residency.using([name]):
                 for rows in self._pages(name, scope, fields):
                     for row in rows:
