@@ -2,8 +2,8 @@
 
     python benchmarks/scale_plot.py RUN.json [RUN.json ...] --out FILE.png
 
-Each RUN.json is what `benchmarks/scale.py --json` wrote (one backend per file, named by
-its `backend` key or the file name). Dashed lines mark issue 65's targets where it has one.
+Each RUN.json is what `benchmarks/scale.py --json` wrote (one run per file, named by its
+`label` key, else its backend and shards). Dashed lines mark issue 65's targets where it has one.
 matplotlib is not a dependency of memsvc: `make bench-scale-plot` installs it when missing.
 """
 
@@ -60,7 +60,10 @@ def runs(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
         data = json.loads(path.read_text())
         for row in data["rows"]:
             row["rss_total"] = row.get("rss_memsvc_mib", 0) + row.get("rss_milvus_lite_mib", 0)
-        out.append((str(data.get("backend", path.stem)), data))
+        name = str(data.get("backend", path.stem))
+        if data.get("shards", 1) > 1:
+            name += f", {data['shards']} shards"
+        out.append((str(data.get("label", name)), data))
     return out
 
 

@@ -9,6 +9,18 @@ import numpy as np
 
 from memsvc.storage.sql.connection import Database, chunked, marks
 
+# The models holding vectors, read from the key's first column one model at a time (a few
+# lookups however many rows: neither SQLite nor PostgreSQL 15 skips through an index).
+MODELS = """
+WITH RECURSIVE m(model) AS (
+    SELECT MIN(model) FROM vectors
+    UNION ALL
+    SELECT (SELECT MIN(v.model) FROM vectors v WHERE v.model > m.model) FROM m
+    WHERE m.model IS NOT NULL
+)
+SELECT model FROM m WHERE model IS NOT NULL
+"""
+
 
 class SqlEmbeddingCache:
     def __init__(self, database: Database) -> None:
@@ -37,10 +49,17 @@ class SqlEmbeddingCache:
             )
 
     def forget(self, hashes: Sequence[str]) -> None:
+        """Each hash's vectors, of every model. By (model, hash), the table's key: a delete
+        by hash alone read the whole table for each (a purge of one conversation spent
+        0.3-3.9 s in it beside a million cached vectors)."""
         if not hashes:
             return
         with self.database.transaction() as sql:
-            sql.many("DELETE FROM vectors WHERE text_hash = ?", ((h,) for h in hashes))
+            models = [str(m) for (m,) in sql.rows(MODELS)]
+            sql.many(
+                "DELETE FROM vectors WHERE model = ? AND text_hash = ?",
+                ((m, h) for m in models for h in hashes),
+            )
 
     def forget_model(self, model: str) -> int:
         with self.database.transaction() as sql:
