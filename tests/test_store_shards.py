@@ -227,3 +227,45 @@ def test_the_shards_of_a_collection_are_dropped_with_it(tmp_path: Path) -> None:
         assert not any(n.startswith("old") for n in client.list_collections())
     finally:
         store.close()
+
+
+def test_a_ping_behind_a_shard_load_does_not_take_the_store_for_down(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Regression (scale v3, under a memory budget at a million chunks): Milvus Lite serves
+    one call at a time, so the health ping behind a shard's load (seconds at ~30,000 rows)
+    timed out, the store was marked down and its Milvus Lite restarted mid-load. A ping
+    does not ask while a load is in flight; once none is, a failing ping is down again."""
+    import threading
+
+    store = shard_store(tmp_path)
+    rows = [record(c, 2, f"{c} hello") for c in CONVERSATIONS]
+    store.upsert(rows)
+    store.close()
+    store = shard_store(tmp_path)  # opened again: nothing loaded
+    try:
+        loading, finish = threading.Event(), threading.Event()
+        load = store._client.load_collection
+
+        def slow_load(name: str, **kw: Any) -> None:
+            loading.set()
+            assert finish.wait(60)
+            load(name, **kw)
+
+        monkeypatch.setattr(store._client, "load_collection", slow_load)
+
+        def stuck_behind_the_load(*args: Any, **kw: Any) -> str:
+            raise TimeoutError("DEADLINE_EXCEEDED")
+
+        monkeypatch.setattr(schema, "collection_id", stuck_behind_the_load)
+        reader = threading.Thread(target=store.chunks_of, args=(CONVERSATIONS[0],))
+        reader.start()
+        assert loading.wait(60)
+        assert store.ping()  # behind the load: not asked
+        finish.set()
+        reader.join(60)
+        assert not store.residency.loading
+        assert not store.ping()  # no load in flight: the failed ping counts
+    finally:
+        finish.set()
+        store.close()

@@ -223,7 +223,12 @@ class MilvusCollection:
         """The server answers and still has the collection it had when this process opened
         it: one dropped or lost (a server back without its data) is down, and so is one
         made anew meanwhile by another replica (this one was frozen through the loss):
-        the reconnection opens or makes the collection there is now."""
+        the reconnection opens or makes the collection there is now. Not asked while a
+        shard loads: Milvus Lite serves one call at a time, so behind a load (seconds for
+        ~30,000 rows) a ping timed out with the server well, and the reconnection that
+        followed restarted it (a server that fails meanwhile fails the load's call)."""
+        if self.residency.loading:
+            return True
         try:
             now = schema.collection_id(self._client, self.collection, self.uri, PING_TIMEOUT_S)
         except Exception:

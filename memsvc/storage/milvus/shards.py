@@ -110,6 +110,7 @@ class Residency:
         self._thread: threading.Thread | None = None
         self.releases = 0
         self._audit_turn = -1  # which shard not loaded an audit round read last
+        self._loads = 0  # shard loads in flight
 
     def mark_loaded(self, name: str) -> None:
         """A shard loaded outside `using` (at creation)."""
@@ -152,8 +153,14 @@ class Residency:
                     return
             self._make_room(name)
             began = time.monotonic()
-            self._load(name)
-            rows = self._rows(name)
+            with self._lock:
+                self._loads += 1
+            try:
+                self._load(name)
+                rows = self._rows(name)
+            finally:
+                with self._lock:
+                    self._loads -= 1
             with self._lock:
                 shard.loaded, shard.rows = True, rows
                 shard.in_use += 1
@@ -203,6 +210,12 @@ class Residency:
         with self._lock:
             self._shards[name].rows += rows
         self._make_room(name)
+
+    @property
+    def loading(self) -> bool:
+        """A shard load is in flight."""
+        with self._lock:
+            return self._loads > 0
 
     def is_loaded(self, name: str) -> bool:
         with self._lock:
