@@ -214,8 +214,8 @@ class Settings(BaseSettings):
         ge=1,
         le=256,
         description="collections a new store spreads conversations over (Milvus Lite past"
-        " ~100,000 chunks: 64; docs/operations/sizing.md); a store keeps the count it was"
-        " made with",
+        " ~100,000 chunks: one per ~30,000 chunks, each ~60 MiB from its first row;"
+        " docs/operations/sizing.md); a store keeps the count it was made with",
     )
     store_memory_mib: int = Field(
         0,
