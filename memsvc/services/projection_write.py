@@ -196,8 +196,7 @@ class RecordWrites:
         with stage("write", "bookkeep"):
             records = self._authored([r for c in convs for r in w.by_conv[c]], w.errors)
             with self.log.snapshot() as view:
-                rows = {c: view.conversation(c) for c in convs}
-        active = {c: row.active_version if row is not None else 0 for c, row in rows.items()}
+                active = {c: _active_version(view.conversation(c)) for c in convs}
         existing: dict[str, StoredChunk] = {}
         if not w.lacking:  # else the layout says the store lacks them: nothing to compare
             with stage("write", "read"):
@@ -278,6 +277,10 @@ class RecordWrites:
             tx.superseded_done(pending)
         metrics.CHUNKS_WRITTEN.labels("retired").inc(len(live))
         return len(live)
+
+
+def _active_version(row: Conversation | None) -> int:
+    return row.active_version if row is not None else 0
 
 
 def _holds(stored: StoredChunk | None, record: ChunkRecord) -> bool:

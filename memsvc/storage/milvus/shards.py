@@ -109,7 +109,7 @@ class Residency:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.releases = 0
-        self._audit_turn = -1  # which shard not loaded an audit round read last
+        self._audit_next = 0  # where the next audit round looks for a shard not loaded
         self._loads = 0  # shard loads in flight
 
     def mark_loaded(self, name: str) -> None:
@@ -230,10 +230,16 @@ class Residency:
             if not self.budget_bytes:
                 return list(self._names)
             loaded = [n for n in self._names if self._shards[n].loaded]
-            others = [n for n in self._names if not self._shards[n].loaded]
-            if others:
-                self._audit_turn = (self._audit_turn + 1) % len(others)
-                loaded.append(others[self._audit_turn])
+            # a cursor over every shard, not an index into those not loaded (a list that
+            # changes between rounds, which could pass one over round after round): the
+            # shards it steps past are loaded, so read this round
+            count = len(self._names)
+            for step in range(count):
+                i = (self._audit_next + step) % count
+                if not self._shards[self._names[i]].loaded:
+                    loaded.append(self._names[i])
+                    self._audit_next = (i + 1) % count
+                    break
             return loaded
 
     def progress(self) -> tuple[int, int]:
