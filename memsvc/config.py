@@ -214,16 +214,17 @@ class Settings(BaseSettings):
         ge=1,
         le=256,
         description="collections a new store spreads conversations over (Milvus Lite past"
-        " ~100,000 chunks: one per ~30,000 chunks, each ~60 MiB from its first row;"
-        " docs/operations/sizing.md); a store keeps the count it was made with",
+        " ~100,000 chunks: one per ~30,000 chunks, which fills the 48 MiB block of vectors"
+        " each takes from its first row; docs/operations/sizing.md); a store keeps the count"
+        " it was made with",
     )
     store_memory_mib: int = Field(
         0,
         ge=0,
         le=1 << 20,
-        description="a store in shards: the memory its loaded shards may take (estimated"
-        " from their rows); past it the least recently used are released and loaded again"
-        " when used. 0 = no budget",
+        description="a store in shards: the memory of the node, memsvc's own (measured) and"
+        " Milvus Lite's loaded shards (estimated from their rows); past it the least"
+        " recently used shards are released and loaded again when used. 0 = no budget",
     )
     store_check_s: float = Field(
         1.0, gt=0, le=60, description="seconds between store health checks"

@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 from memsvc.domain.records import StoredChunk
 from memsvc.domain.types import SearchFilters
 from memsvc.ports import SearchScope
-from memsvc.storage.milvus import schema
+from memsvc.storage.milvus import lite, schema
 from memsvc.storage.milvus.shards import BYTES_PER_ROW, ShardMap, shard_index
 from memsvc.storage.milvus.store import MilvusChunkStore
 from tests.test_store import DIM, ident, record
@@ -34,7 +34,8 @@ def shard_store(path: Path, budget_rows: int = 0) -> MilvusChunkStore:
         "c",
         ident("m"),
         shards=SHARDS,
-        memory_budget_bytes=budget_rows * BYTES_PER_ROW,
+        # Milvus Lite's own memory before any row counts against a budget
+        memory_budget_bytes=budget_rows * BYTES_PER_ROW + lite.BASE_BYTES if budget_rows else 0,
     )
 
 
@@ -207,6 +208,42 @@ def test_a_memory_budget_releases_the_least_recently_used_shards(tmp_path: Path)
         assert loaded == 1 and store.residency.releases >= len(by_shard) - 1
         for convs in by_shard.values():
             assert len(store.chunks_of(convs[0])) == 3
+        assert store.residency.progress()[0] == 1
+    finally:
+        store.close()
+
+
+def test_a_memory_budget_counts_what_the_node_holds_outside_the_shards(tmp_path: Path) -> None:
+    """The budget bounds the node: memory held outside the shards (memsvc's own, as the
+    app counts it; here a fixed amount) leaves the shards the rest."""
+    outside_rows = 0
+
+    def held_outside() -> int:
+        return outside_rows * BYTES_PER_ROW
+
+    store = MilvusChunkStore(
+        str(tmp_path / "m.db"),
+        "c",
+        ident("m"),
+        shards=SHARDS,
+        memory_budget_bytes=10 * BYTES_PER_ROW + lite.BASE_BYTES,
+        memory_held_outside=held_outside,
+    )
+    try:
+        by_shard: dict[str, str] = {}
+        for c in CONVERSATIONS:
+            by_shard.setdefault(store.shards.of(c), c)
+        firsts = list(by_shard.values())[:3]
+        for c in firsts:
+            store.upsert([record(c, t, f"{c} {t}") for t in (2, 4, 6)])
+        # three rows a shard, ten rows of budget and nothing outside: three shards fit
+        assert store.residency.progress()[0] == 3 and store.residency.releases == 0
+        outside_rows = 7  # the node's own memory grew: room for one shard's rows
+        assert len(store.chunks_of(firsts[0])) == 3  # used: loaded, or kept
+        store.upsert([record(firsts[1], 8, f"{firsts[1]} 8")])  # a write makes room
+        assert store.residency.progress()[0] == 1
+        for c in firsts:
+            assert len(store.chunks_of(c)) == (4 if c == firsts[1] else 3)
         assert store.residency.progress()[0] == 1
     finally:
         store.close()

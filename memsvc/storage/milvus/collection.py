@@ -84,10 +84,12 @@ class MilvusCollection:
         token: str = "",
         shards: int = 1,
         memory_budget_bytes: int = 0,
+        memory_held_outside: Callable[[], int] = lambda: 0,
     ) -> None:
         self.uri = uri
         self._new_shards = shards
         self._memory_budget = memory_budget_bytes
+        self._held_outside = memory_held_outside
         self.model = model
         self.dim = model.dim
         self._token = token
@@ -168,6 +170,7 @@ class MilvusCollection:
             release=lambda name: self._client.release_collection(name),
             rows=self._rows_in,
             budget_bytes=self._memory_budget if count > 1 else 0,
+            held_outside=self._outside_shards,
         )
         if count == 1:
             self.residency.mark_loaded(self.collection)  # loaded by ensure_collection
@@ -175,6 +178,11 @@ class MilvusCollection:
             for name in self.shards.names:
                 if not lite.index_primary_keys(self.uri, name):
                     log.warning("store_keys_unindexed", uri=self.uri, collection=name)
+
+    def _outside_shards(self) -> int:
+        """What a memory budget holds besides the loaded shards' rows: what the owner counts
+        (memsvc's own memory) and a Milvus Lite process's before any row."""
+        return self._held_outside() + (lite.BASE_BYTES if lite.is_lite(self.uri) else 0)
 
     def _rows_in(self, shard: str) -> int:
         rows = self._client.query(shard, filter="", output_fields=["count(*)"])

@@ -29,6 +29,7 @@ class PreviousCollection(MilvusChunkStore):
         self._token = ""
         self._new_shards = 1
         self._memory_budget = owner._memory_budget
+        self._held_outside = owner._held_outside
         self._pool = None
         self._pool_lock = threading.Lock()
         self._rows_seen = False

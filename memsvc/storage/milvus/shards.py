@@ -34,8 +34,10 @@ from memsvc.ports import SearchScope
 log = structlog.get_logger(__name__)
 
 # Milvus Lite's memory per row held loaded (a 384-dimension vector, its text, sparse
-# vector and scalars): 4,040 MiB at 967,890 chunks (benchmarks/RESULTS.md, Scale v2).
-BYTES_PER_ROW = 4_400
+# vector and scalars): 4,136 MiB at 967,890 chunks in 32 shards (benchmarks/RESULTS.md,
+# Scale v3). It holds a collection's vectors in blocks of 32,768 rows, the first made with
+# its first row (48 MiB at 384 dimensions): a shard of ~30,000 rows fills its block.
+BYTES_PER_ROW = 4_500
 
 
 def shard_name(base: str, index: int) -> str:
@@ -88,7 +90,10 @@ class Residency:
     caller waits) and holds them loaded for the block; with a budget, loading one releases
     the idle shards used least recently until the estimate of what is loaded fits.
 
-    `load` and `release` are the store's calls; `rows` counts a loaded shard's rows."""
+    `load` and `release` are the store's calls; `rows` counts a loaded shard's rows;
+    `held_outside` is the memory the budget holds besides the loaded shards' rows (memsvc's
+    own, Milvus Lite's before any row), asked each time room is made: the budget bounds the
+    node, not only the shards."""
 
     def __init__(
         self,
@@ -97,8 +102,10 @@ class Residency:
         release: Callable[[str], None],
         rows: Callable[[str], int],
         budget_bytes: int = 0,
+        held_outside: Callable[[], int] = lambda: 0,
     ) -> None:
         self._names = list(names)
+        self._held_outside = held_outside
         self._load = load
         self._release = release
         self._rows = rows
@@ -170,19 +177,21 @@ class Residency:
 
     def _make_room(self, keep: str) -> None:
         """Release idle shards, least recently used first, while the loaded ones and `keep`
-        (coming, estimated at its size when last loaded, or just written) exceed the
-        budget. A shard being loaded or released by another call is passed over."""
+        (coming, estimated at its size when last loaded, or just written) exceed what the
+        budget leaves besides the memory held outside them. A shard being loaded or released
+        by another call is passed over."""
         if not self.budget_bytes:
             return
         passed: set[str] = {keep}
         while True:
+            room = self.budget_bytes - self._held_outside()
             with self._lock:
                 loaded = [(n, s) for n, s in self._shards.items() if s.loaded and n != keep]
                 need = sum(s.rows for _, s in loaded) + self._shards[keep].rows
                 idle = sorted(
                     (s.last_used, n) for n, s in loaded if not s.in_use and n not in passed
                 )
-                if need * BYTES_PER_ROW <= self.budget_bytes or not idle:
+                if need * BYTES_PER_ROW <= room or not idle:
                     return
                 victim = idle[0][1]
             if not self._loading[victim].acquire(blocking=False):
@@ -264,7 +273,9 @@ class Residency:
         for name in self._names:
             if self._stop.is_set():
                 return
-            if self.budget_bytes and self.loaded_rows() * BYTES_PER_ROW >= self.budget_bytes:
+            if self.budget_bytes and self.loaded_rows() * BYTES_PER_ROW >= (
+                self.budget_bytes - self._held_outside()
+            ):
                 break
             try:
                 with self.using([name]):
