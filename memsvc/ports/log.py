@@ -159,9 +159,12 @@ class LogReader(Protocol):
 
     def pending_superseded(self, conversation_id: str) -> list[str]: ...
 
-    def layout_digests(self) -> dict[str, tuple[str, str, bool, bool]]:
-        """Every layout row, lightly: chunk id -> (conversation id, content hash, deleted,
-        indexed); and the superseded tails awaiting removal are `waiting_superseded`."""
+    def layout_digests(
+        self, conversation_ids: Sequence[str] | None = None
+    ) -> dict[str, tuple[str, str, bool, bool]]:
+        """Every layout row (or those of the conversations named), lightly: chunk id ->
+        (conversation id, content hash, deleted, indexed); and the superseded tails awaiting
+        removal are `waiting_superseded`."""
         ...
 
     def all_waiting_superseded(self) -> set[str]: ...

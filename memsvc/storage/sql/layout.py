@@ -161,10 +161,20 @@ class LayoutQueries:
         )
         return [str(r[0]) for r in rows]
 
-    def layout_digests(self) -> dict[str, tuple[str, str, bool, bool]]:
-        rows = self.sql.rows(
-            "SELECT chunk_id, conversation_id, content_hash, deleted, indexed FROM layout"
-        )
+    def layout_digests(
+        self, conversation_ids: Sequence[str] | None = None
+    ) -> dict[str, tuple[str, str, bool, bool]]:
+        cols = "SELECT chunk_id, conversation_id, content_hash, deleted, indexed FROM layout"
+        if conversation_ids is None:
+            rows = self.sql.rows(cols)
+        else:
+            rows = [
+                r
+                for part in chunked(conversation_ids)
+                for r in self.sql.rows(
+                    f"{cols} WHERE conversation_id IN ({marks(len(part))})", tuple(part)
+                )
+            ]
         return {str(r[0]): (str(r[1]), str(r[2]), bool(r[3]), bool(r[4])) for r in rows}
 
     def all_waiting_superseded(self) -> set[str]:
