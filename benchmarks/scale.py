@@ -266,10 +266,13 @@ def searchable(node: Node, loaded: int, turns: int, trials: int) -> tuple[list[f
     (each its own step), and where the steps' time went (ms per step, by stage)."""
     stub, rng = node.stub, random.Random(2)
     times = ServerTimes(node.metrics_port)
+    # Past the conversation's own turns, and past those of any run before on a kept node
+    # (`--reuse`): a turn appended again is a no-op, indexed before it was asked for.
+    first = turns + int(time.time()) % 1_000_000_000
     out = []
     for trial in range(trials):
         cid = conversation_id(rng.randrange(loaded))
-        turn = turns + trial  # past the conversation's own turns: a new turn every trial
+        turn = first + trial
         event = pb.MemoryEvent(
             conversation_id=cid,
             turn_id=turn,
