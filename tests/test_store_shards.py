@@ -249,6 +249,34 @@ def test_a_memory_budget_counts_what_the_node_holds_outside_the_shards(tmp_path:
         store.close()
 
 
+def test_a_budget_below_what_the_node_holds_outside_the_shards_is_named(
+    tmp_path: Path,
+) -> None:
+    """A budget that memsvc's own memory already fills keeps no shard loaded past its call:
+    the log says so at start, with both figures."""
+    from structlog.testing import capture_logs
+
+    store = MilvusChunkStore(
+        str(tmp_path / "m.db"),
+        "c",
+        ident("m"),
+        shards=SHARDS,
+        memory_budget_bytes=64 << 20,
+        memory_held_outside=lambda: 200 << 20,
+    )
+    try:
+        with capture_logs() as logs:
+            store.load_in_background()
+        said = [e for e in logs if e["event"] == "store_budget_below_node"]
+        assert said and said[0]["budget_mib"] == 64 and said[0]["held_outside_mib"] == 200 + 32
+        store.upsert([record(c, 2, f"{c} 2") for c in CONVERSATIONS])
+        assert {c: len(store.chunks_of(c)) for c in CONVERSATIONS} == dict.fromkeys(
+            CONVERSATIONS, 1
+        )
+    finally:
+        store.close()
+
+
 def test_the_shards_of_a_collection_are_dropped_with_it(tmp_path: Path) -> None:
     from memsvc.storage.milvus.previous import PreviousCollection
 

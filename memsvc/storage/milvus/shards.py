@@ -267,6 +267,16 @@ class Residency:
         would only be released again), then stop."""
         if self._thread is not None:
             return
+        outside = self._held_outside() if self.budget_bytes else 0
+        if outside >= self.budget_bytes > 0:
+            log.warning(
+                "store_budget_below_node",
+                budget_mib=self.budget_bytes >> 20,
+                held_outside_mib=outside >> 20,
+                effect="no shard stays loaded past the call that uses it: each call loads"
+                " its shards (seconds each); raise MEMSVC_STORE_MEMORY_MIB above what"
+                " memsvc itself holds",
+            )
         self._thread = threading.Thread(target=self._load_all, name="store-shards", daemon=True)
         self._thread.start()
 
