@@ -171,3 +171,45 @@ def test_a_search_asks_the_store_for_rules_only_where_the_log_holds_some(
     )
     searches, standing = stores_searched(SearchRequest(query, 6, SearchFilters(("plain",))))
     assert searches == ["all", INSTRUCTION_TAG] and rule in standing[0]
+
+
+def test_a_search_of_every_conversation_asks_for_rules_only_where_the_log_holds_some(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scale v3: a search naming no conversation looked for standing instructions in every
+    conversation, a call on each shard of a store in shards (~50 ms at a million chunks in
+    32). It names the conversations holding some when they are few, and finds their rules
+    as before; past that many it looks everywhere."""
+    from memsvc.services import search as search_module
+
+    rule = "Always include version numbers when I ask about software dependencies or libraries."
+    chat = [f"Let's talk about day {i} of the hiking trip and the weather." for i in range(8)]
+    for conv, texts in (
+        ("t/rules", [rule, "Noted, I will.", *chat]),
+        ("u/rules", ["Please never use emojis in your answers.", "OK.", *chat]),
+        ("t/plain", chat),
+    ):
+        services.ingest.upsert(services.ingest.build(conversation(conv, texts)).chunks)
+    store = services.search.current.store
+    asked: list[tuple[str, ...]] = []
+    search_dense = store.search_dense
+
+    def recorded(vector: np.ndarray, scope: SearchScope, *args: object) -> list[Candidate]:
+        if scope.filters.intent_tag == INSTRUCTION_TAG:
+            asked.append(scope.filters.conversation_ids)
+        return search_dense(vector, scope, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "search_dense", recorded)
+    query = "Which libraries does my project depend on?"
+    for mode in (SearchMode.DENSE, SearchMode.HYBRID):
+        asked.clear()
+        found = services.search.search(SearchRequest(query, 6, mode=mode))
+        assert [set(convs) for convs in asked] == [{"t/rules", "u/rules"}]
+        assert rule in found.standing[0].text
+    monkeypatch.setattr(search_module, "STANDING_NARROWED_AT_MOST", 1)
+    asked.clear()
+    found = services.search.search(SearchRequest(query, 6))
+    assert asked == [()] and rule in found.standing[0].text
+    with services.log.snapshot() as r:  # a token limited to prefixes: theirs alone
+        assert r.standing_conversations(["t/"], 10) == ["t/rules"]
+        assert len(r.standing_conversations([], 1)) == 1

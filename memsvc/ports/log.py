@@ -139,6 +139,11 @@ class LogReader(Protocol):
         deleted or not, is or may be a standing instruction."""
         ...
 
+    def standing_conversations(self, prefixes: Sequence[str], limit: int) -> list[str]:
+        """Conversations (under `prefixes`, if any) with a layout row that is or may be a
+        standing instruction, at most `limit` of them."""
+        ...
+
     def layout_versions(self, conversation_id: str) -> list[int]: ...
 
     def first_unindexed_turn(self, conversation_id: str, version: int) -> int | None:

@@ -71,6 +71,9 @@ MMR_POOL = 40
 # one needs (unrelated texts score ~0.0-0.15 with MiniLM or bge-small).
 STANDING_TOP_K = 3
 STANDING_MIN_SCORE = 0.25
+# A search naming no conversation looks for standing instructions in the conversations
+# holding some when they are at most this many (their ids in one filter), else everywhere.
+STANDING_NARROWED_AT_MOST = 100
 
 
 class Fusion(StrEnum):
@@ -234,11 +237,10 @@ class SearchService:
         # Standing instructions need the query's vector, and are a list of their own only
         # when the filters do not ask for one kind of chunk already, and the log holds
         # some in scope: their search is a second store call, as long as the dense one.
-        standing = (
-            req.standing
-            and mode is not SearchMode.KEYWORD
-            and not scope.filters.intent_tag
-            and self._may_hold_standing(scope)
+        rules_scope = (
+            self._standing_scope(scope)
+            if req.standing and mode is not SearchMode.KEYWORD and not scope.filters.intent_tag
+            else None
         )
 
         candidates: list[Candidate]
@@ -252,7 +254,7 @@ class SearchService:
             keyword_future = self._pool.submit(
                 contextvars.copy_context().run, self._keyword, req.query_text, scope, pool
             )
-            dense, rules, vector = self._dense(req.query_text, scope, pool, standing=standing)
+            dense, rules, vector = self._dense(req.query_text, scope, pool, rules_scope=rules_scope)
             keyword = keyword_future.result()
             weights = [self.tuning.dense_weight, self.tuning.keyword_weight]
             with stage("search", "fuse"):
@@ -268,7 +270,7 @@ class SearchService:
             whole = not req.mmr_lambda and not req.turn_budget
             if mode is SearchMode.DENSE:
                 candidates, rules, vector = self._dense(
-                    req.query_text, scope, pool, whole, standing=standing
+                    req.query_text, scope, pool, whole, rules_scope=rules_scope
                 )
                 dense = candidates
             else:
@@ -310,9 +312,22 @@ class SearchService:
         embedder writes them."""
         return self._pools_parts and self.store.keeps_turn_lines
 
-    def _may_hold_standing(self, scope: SearchScope) -> bool:
+    def _standing_scope(self, scope: SearchScope) -> SearchScope | None:
+        """Where to look for the standing instructions in scope; None: the log holds none
+        there. A scope naming no conversation is narrowed to the conversations holding
+        some, when they are few: a store in shards then asks their shards alone, not each
+        of its shards (a call each, ~1 ms before any row is compared; ~50 ms at a million
+        chunks in 32 shards)."""
+        named = scope.filters.conversation_ids
         with stage("search", "standing"), self.log.snapshot() as r:
-            return r.may_hold_standing(scope.filters.conversation_ids)
+            if named:
+                return scope if r.may_hold_standing(named) else None
+            holding = r.standing_conversations(scope.prefixes, STANDING_NARROWED_AT_MOST + 1)
+        if not holding:
+            return None
+        if len(holding) > STANDING_NARROWED_AT_MOST:
+            return scope
+        return replace(scope, filters=replace(scope.filters, conversation_ids=tuple(holding)))
 
     def _dense(
         self,
@@ -321,15 +336,17 @@ class SearchService:
         pool: int,
         whole: bool = False,
         *,
-        standing: bool = False,
+        rules_scope: SearchScope | None = None,
     ) -> tuple[list[Candidate], list[Candidate], np.ndarray]:
-        """The dense list, the standing instructions in scope nearest the query, and the
-        query's vector."""
+        """The dense list, the standing instructions nearest the query (looked for in
+        `rules_scope`, if any: `_standing_scope`), and the query's vector."""
         with stage("search", "embed"):
             vector = self.queries.encode(query)
         rules = None
-        if standing:
-            only_rules = replace(scope, filters=replace(scope.filters, intent_tag=INSTRUCTION_TAG))
+        if rules_scope is not None:
+            only_rules = replace(
+                rules_scope, filters=replace(rules_scope.filters, intent_tag=INSTRUCTION_TAG)
+            )
             rules = self._pool.submit(
                 self.store.search_dense, vector, only_rules, STANDING_TOP_K * 2, True
             )

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from memsvc.domain.records import LayoutRow
 from memsvc.ports import Span
 from memsvc.storage.sql.connection import Row, Sql, chunked, marks
+from memsvc.storage.sql.work import prefix_match
 
 # Below every turn id (ids are non-negative): "from the first turn".
 NO_TURN = -1
@@ -88,6 +89,16 @@ class LayoutQueries:
             is not None
             for part in chunked(conversation_ids)
         )
+
+    def standing_conversations(self, prefixes: Sequence[str], limit: int) -> list[str]:
+        where, params = "standing = 1", list[str | int]()
+        if prefixes:
+            clause, params = prefix_match(prefixes)
+            where += f" AND {clause}"
+        rows = self.sql.rows(
+            f"SELECT DISTINCT conversation_id FROM layout WHERE {where} LIMIT ?", (*params, limit)
+        )
+        return [str(r[0]) for r in rows]
 
     def layout_versions(self, conversation_id: str) -> list[int]:
         rows = self.sql.rows(
