@@ -120,6 +120,14 @@ class Node:
                 return float(line.split()[1])
         return None
 
+    def audited(self, timeout_s: float = 1800) -> None:
+        """Wait for the store audit's first round since the start to finish."""
+        deadline = time.perf_counter() + timeout_s
+        while not self.gauge('memsvc_store_audit_seconds_count{outcome="ok"}'):
+            if time.perf_counter() > deadline:
+                raise TimeoutError("no store audit finished")
+            time.sleep(0.5)
+
     def chunks(self) -> int:
         return int(self.gauge("memsvc_chunks_stored") or 0)
 
@@ -454,6 +462,7 @@ def main() -> None:
             # a kept node's shards load in the background after SERVING: measured once they
             # are (or, under a budget, once its loads stopped), as a loaded node is
             node.shards_loaded(bool(args.memory_mib))
+            node.audited()  # its first round reads every shard: searches would queue behind
         for target in [loaded] if args.reuse else args.stages:
             row: dict[str, Any] = {}
             if not args.reuse:

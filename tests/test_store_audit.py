@@ -12,6 +12,7 @@ from pathlib import Path
 
 from memsvc.app import build_services
 from memsvc.embedding.model import Embedder
+from memsvc.observability import metrics
 from memsvc.ports import ChunkStore, EventLog, LogReader
 from memsvc.services.audit import StoreAudit
 from memsvc.storage.milvus.store import MilvusChunkStore
@@ -241,6 +242,9 @@ def test_an_audit_under_a_memory_budget_reads_a_shard_at_a_time_and_finds_each(
         svc.close()
 
 
+ROUNDS = "memsvc_store_audit_seconds_count"
+
+
 class LayoutsRead:
     """The log, recording the conversations of each layout the audit reads."""
 
@@ -301,7 +305,9 @@ def test_an_audit_holds_one_shard_and_its_layout_at_a_time(
         log = LayoutsRead(svc.log)
         parts = PartsRead(store)
         audit = StoreAudit(log, parts, svc.locks, svc.notifier, 3600)  # type: ignore[arg-type]
+        rounds = metrics.REGISTRY.get_sample_value(ROUNDS, {"outcome": "ok"}) or 0.0
         assert audit.run() == []
+        assert metrics.REGISTRY.get_sample_value(ROUNDS, {"outcome": "ok"}) == rounds + 1
         assert len(parts.parts) == shards and len(log.reads) == shards
         for part, read in zip(parts.parts, log.reads, strict=True):
             assert read == {c for c in convs if store.part_of(c) == part}

@@ -184,6 +184,14 @@ SEARCH_RECORD_LOOKUPS = Counter(
     ["result"],
     registry=REGISTRY,
 )
+STORE_AUDITS = Histogram(
+    "memsvc_store_audit_seconds",
+    "Rounds of the store audit (the store's rows compared with the log's layout), by"
+    " outcome: ok | failed; and how long each took (~10 s at a million chunks).",
+    ["outcome"],
+    buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+    registry=REGISTRY,
+)
 UPSERT_FAILURES = Counter(
     "memsvc_upsert_failures",
     "Chunk records not stored, by reason: invalid | unknown | stale | too_long |"

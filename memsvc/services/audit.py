@@ -29,11 +29,13 @@ for the next audit."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import structlog
 
 from memsvc.domain.errors import ConversationBusy
+from memsvc.observability import metrics
 from memsvc.ports import ChunkStore, EventLog, LogReader, Notifier, WriterLocks
 from memsvc.services import bootstrap
 
@@ -88,6 +90,16 @@ class StoreAudit:
         round reads, one part at a time (what it holds is a part's rows and their layout,
         not the whole store's: ~30,000 of a million chunks in 32 shards). Returns the
         conversations recorded for reconciling."""
+        began = time.monotonic()
+        outcome = "failed"
+        try:
+            found = self._round()
+            outcome = "ok"
+            return found
+        finally:
+            metrics.STORE_AUDITS.labels(outcome).observe(time.monotonic() - began)
+
+    def _round(self) -> list[str]:
         with self._lock:
             bootstrap.follow_store_identity(self.events, self.store.identity)
             parts = self.store.digest_parts()
