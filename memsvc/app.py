@@ -22,7 +22,6 @@ from memsvc.domain.types import SearchMode
 from memsvc.embedding.batching import QueryBatcher
 from memsvc.embedding.providers import load_embedder, load_previous_embedder
 from memsvc.observability import metrics, startup, tracing
-from memsvc.observability.process_memory import resident_bytes
 from memsvc.ports import Embedder, EmbeddingCache, EventLog, IndexQueue, Notifier, WriterLocks
 from memsvc.services import bootstrap
 from memsvc.services.audit import StoreAudit
@@ -279,7 +278,6 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
             settings.milvus_token,
             settings.store_shards,
             settings.store_memory_mib << 20,
-            resident_bytes,  # the budget bounds the node: memsvc's own memory counts
         )
         fleet = FleetSettings(
             events,

@@ -180,7 +180,7 @@ def test_a_search_of_every_conversation_asks_for_rules_only_where_the_log_holds_
     conversation, a call on each shard of a store in shards (~50 ms at a million chunks in
     32). It names the conversations holding some when they are few, and finds their rules
     as before; past that many it looks everywhere."""
-    from memsvc.services import search as search_module
+    from memsvc.services import standing_rules
 
     rule = "Always include version numbers when I ask about software dependencies or libraries."
     chat = [f"Let's talk about day {i} of the hiking trip and the weather." for i in range(8)]
@@ -206,7 +206,7 @@ def test_a_search_of_every_conversation_asks_for_rules_only_where_the_log_holds_
         found = services.search.search(SearchRequest(query, 6, mode=mode))
         assert [set(convs) for convs in asked] == [{"t/rules", "u/rules"}]
         assert rule in found.standing[0].text
-    monkeypatch.setattr(search_module, "STANDING_NARROWED_AT_MOST", 1)
+    monkeypatch.setattr(standing_rules, "STANDING_NARROWED_AT_MOST", 1)
     asked.clear()
     found = services.search.search(SearchRequest(query, 6))
     assert asked == [()] and rule in found.standing[0].text

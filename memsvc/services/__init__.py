@@ -9,7 +9,8 @@
   `indexing` (the worker's lease loop), `bootstrap` (start-up steps), `audit` (the store
   checked against the log), `fleet` (one projection per fleet), `model_move` (the store
   rebuilt for a new model, the collection before dropped at the end);
-- reads: `search`, `moving_search` (each conversation where it is whole during a model
+- reads: `search`, `standing_rules` (the standing instructions beside the hits),
+  `moving_search` (each conversation where it is whole during a model
   move), `fusion` (ranking algorithms), `selection` (which candidates are
   returned), `narrowing` (a late window hit's turns nearest the query), `recent_records`
   (records not read twice);

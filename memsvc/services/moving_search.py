@@ -22,7 +22,8 @@ from memsvc.domain.access import FULL, Access
 from memsvc.domain.errors import MemsvcError, StoreUnavailable
 from memsvc.domain.types import Hit, SearchMode, SearchRequest, SearchResult
 from memsvc.services.model_move import ModelMove
-from memsvc.services.search import STANDING_TOP_K, SearchService, SearchTuning, in_order
+from memsvc.services.search import SearchService, SearchTuning, in_order
+from memsvc.services.standing_rules import STANDING_TOP_K
 
 log = structlog.get_logger(__name__)
 

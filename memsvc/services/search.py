@@ -57,7 +57,8 @@ from memsvc.services.fusion import (
 )
 from memsvc.services.narrowing import Narrowing
 from memsvc.services.recent_records import RecentRecords
-from memsvc.services.selection import Coverage, HitSelector, span_of, within
+from memsvc.services.selection import Coverage, HitSelector, within
+from memsvc.services.standing_rules import STANDING_TOP_K, StandingRules
 
 DEFAULT_TOP_K = 6
 # Candidates per list in hybrid mode. A chunk missing from one list gets nothing from it,
@@ -67,13 +68,6 @@ DEFAULT_TOP_K = 6
 HYBRID_POOL = 300
 # Candidates MMR chooses from (their vectors are read).
 MMR_POOL = 40
-# Standing instructions returned beside the hits at most, and the cosine with the query
-# one needs (unrelated texts score ~0.0-0.15 with MiniLM or bge-small).
-STANDING_TOP_K = 3
-STANDING_MIN_SCORE = 0.25
-# A search naming no conversation looks for standing instructions in the conversations
-# holding some when they are at most this many (their ids in one filter), else everywhere.
-STANDING_NARROWED_AT_MOST = 100
 
 
 class Fusion(StrEnum):
@@ -106,6 +100,7 @@ class SearchService:
         self.queries = queries
         self.recent = recent
         self.selector = HitSelector(store, log, recent)
+        self.standing = StandingRules(log, self.selector)
         # Turn lines are written only by an embedder that pools parts: with any other,
         # a window has none, and asking for them would only read it again on each search.
         self._pools_parts = isinstance(embedder, PartPooling)
@@ -238,7 +233,7 @@ class SearchService:
         # when the filters do not ask for one kind of chunk already, and the log holds
         # some in scope: their search is a second store call, as long as the dense one.
         rules_scope = (
-            self._standing_scope(scope)
+            self.standing.scope(scope)
             if req.standing and mode is not SearchMode.KEYWORD and not scope.filters.intent_tag
             else None
         )
@@ -277,7 +272,7 @@ class SearchService:
                 candidates = keyword = self._keyword(req.query_text, scope, pool, whole)
             ranked = _scored(candidates)
         coverage = Coverage(req.turn_budget)
-        given = self._standing(rules, audit, coverage)
+        given = self.standing.given(rules, audit, coverage)
         ranked = [(cid, s) for cid, s in ranked if cid not in given]
         if req.mmr_lambda and len(ranked) > top_k:
             head = ranked[: max(MMR_POOL, top_k * 4)]
@@ -312,23 +307,6 @@ class SearchService:
         embedder writes them."""
         return self._pools_parts and self.store.keeps_turn_lines
 
-    def _standing_scope(self, scope: SearchScope) -> SearchScope | None:
-        """Where to look for the standing instructions in scope; None: the log holds none
-        there. A scope naming no conversation is narrowed to the conversations holding
-        some, when they are few: a store in shards then asks their shards alone, not each
-        of its shards (a call each, ~1 ms before any row is compared; ~50 ms at a million
-        chunks in 32 shards)."""
-        named = scope.filters.conversation_ids
-        with stage("search", "standing"), self.log.snapshot() as r:
-            if named:
-                return scope if r.may_hold_standing(named) else None
-            holding = r.standing_conversations(scope.prefixes, STANDING_NARROWED_AT_MOST + 1)
-        if not holding:
-            return None
-        if len(holding) > STANDING_NARROWED_AT_MOST:
-            return scope
-        return replace(scope, filters=replace(scope.filters, conversation_ids=tuple(holding)))
-
     def _dense(
         self,
         query: str,
@@ -339,7 +317,7 @@ class SearchService:
         rules_scope: SearchScope | None = None,
     ) -> tuple[list[Candidate], list[Candidate], np.ndarray]:
         """The dense list, the standing instructions nearest the query (looked for in
-        `rules_scope`, if any: `_standing_scope`), and the query's vector."""
+        `rules_scope`, if any: `StandingRules.scope`), and the query's vector."""
         with stage("search", "embed"):
             vector = self.queries.encode(query)
         rules = None
@@ -370,25 +348,6 @@ class SearchService:
         with self.log.snapshot() as r:
             documents, frequencies = r.term_frequencies(tenants, list(counts))
         return bm25.KeywordQuery(text, bm25.query_vector(counts, documents, frequencies))
-
-    def _standing(
-        self, rules: Sequence[Candidate], audit: bool, coverage: Coverage
-    ) -> dict[str, Hit]:
-        """The standing instructions to return, by chunk id: the log holds them live, they
-        clear the floor, and their turns fit the budget (then counted in it)."""
-        near = {c.chunk_id: c for c in rules if c.stored and c.score >= STANDING_MIN_SCORE}
-        live = self.selector.verified({cid: c.stored for cid, c in near.items() if c.stored}, audit)
-        given: dict[str, Hit] = {}
-        for cid, c in near.items():
-            stored = live.get(cid)
-            if stored is None or len(given) >= STANDING_TOP_K:
-                continue
-            new = coverage.new_turns(span_of(stored))
-            if not new or not coverage.fits(new):
-                continue
-            coverage.turns.update(new)
-            given[cid] = Hit(cid, c.score, stored.record.text, stored.record.metadata)
-        return given
 
     def _scope(self, req: SearchRequest, access: Access) -> SearchScope:
         """The filters in normal form, within what the token may read: its prefixes when it

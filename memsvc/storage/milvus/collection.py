@@ -16,6 +16,7 @@ import structlog
 
 from memsvc.domain.errors import DiskFull, FailedPrecondition, StoreUnavailable
 from memsvc.domain.model_identity import ModelIdentity
+from memsvc.observability import process_memory
 from memsvc.storage.milvus import lite, schema
 from memsvc.storage.milvus.schema import (
     CURRENT_SINCE,
@@ -84,7 +85,8 @@ class MilvusCollection:
         token: str = "",
         shards: int = 1,
         memory_budget_bytes: int = 0,
-        memory_held_outside: Callable[[], int] = lambda: 0,
+        # a memory budget bounds the node: this process's own memory counts
+        memory_held_outside: Callable[[], int] = process_memory.resident_bytes,
     ) -> None:
         self.uri = uri
         self._new_shards = shards
