@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from memsvc.app import build_services
+from memsvc.app import Services, build_services
 from memsvc.embedding.model import Embedder
 from memsvc.observability import metrics
 from memsvc.ports import ChunkStore, EventLog, LogReader
@@ -197,6 +197,19 @@ def test_a_step_during_the_audit_is_not_taken_for_a_store_out_of_line(
         svc.close()
 
 
+def two_indexed_in_each_shard(svc: Services) -> list[str]:
+    """Conversations, two in each shard of the store, appended and indexed."""
+    convs: list[str] = []
+    for i in range(200):
+        if sum(svc.store.part_of(c) == svc.store.part_of(f"t/c{i}") for c in convs) < 2:
+            convs.append(f"t/c{i}")
+    for conv in convs:
+        svc.ingest.append(conversation(conv, EN_TURNS[:2]))
+    while items := svc.queue.lease(None, 60.0, 12, "a worker"):
+        svc.worker.process(items)
+    return convs
+
+
 def test_an_audit_under_a_memory_budget_reads_a_shard_at_a_time_and_finds_each(
     tmp_path: Path, embedder: Embedder
 ) -> None:
@@ -211,14 +224,7 @@ def test_an_audit_under_a_memory_budget_reads_a_shard_at_a_time_and_finds_each(
     )
     try:
         store = svc.store
-        convs = []
-        for i in range(200):  # two conversations in each shard
-            if sum(store.part_of(c) == store.part_of(f"t/c{i}") for c in convs) < 2:
-                convs.append(f"t/c{i}")
-        for conv in convs:
-            svc.ingest.append(conversation(conv, EN_TURNS[:2]))
-        while items := svc.queue.lease(None, 60.0, 12, "a worker"):
-            svc.worker.process(items)
+        convs = two_indexed_in_each_shard(svc)
         assert len({store.part_of(c) for c in convs}) == shards
         store.residency.budget_bytes = BYTES_PER_ROW  # room for one shard at a time
         store.residency.wrote(store.part_of(convs[-1]), 0)  # which makes room for it
@@ -294,14 +300,7 @@ def test_an_audit_holds_one_shard_and_its_layout_at_a_time(
     )
     try:
         store = svc.store
-        convs: list[str] = []
-        for i in range(200):  # two conversations in each shard
-            if sum(store.part_of(c) == store.part_of(f"t/c{i}") for c in convs) < 2:
-                convs.append(f"t/c{i}")
-        for conv in convs:
-            svc.ingest.append(conversation(conv, EN_TURNS[:2]))
-        while items := svc.queue.lease(None, 60.0, 12, "a worker"):
-            svc.worker.process(items)
+        convs = two_indexed_in_each_shard(svc)
         log = LayoutsRead(svc.log)
         parts = PartsRead(store)
         audit = StoreAudit(log, parts, svc.locks, svc.notifier, 3600)  # type: ignore[arg-type]
