@@ -20,6 +20,7 @@ from memsvc.domain.types import (
     TimestampRange,
     TurnRange,
 )
+from memsvc.services import selection
 from memsvc.services.fusion import dedup_text, mmr_select, rrf_fuse, score_fuse
 from memsvc.services.recent_records import RecentRecords
 from tests.conftest import EN_TURNS, conversation, turn
@@ -396,3 +397,45 @@ def test_recent_records_keep_the_most_recent_without_vectors() -> None:
     assert set(recent.take(wanted)) == {a.record.chunk_id, c.record.chunk_id}
     assert recent.take([(a.record.chunk_id, "another hash"), (a.record.chunk_id, "")]) == {}
     assert RecentRecords(0).take(wanted) == {}
+
+
+@pytest.mark.providers
+def test_a_hybrid_search_of_a_few_chunks_returns_them_whole_from_its_dense_list(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation of at most WHOLE_SCOPE_AT_MOST chunks is in the dense list whole: no
+    read follows the search (a round trip of ~1.5 ms at a million chunks), the hits are the
+    ones a read gives, and they are kept for the next search. A larger scope, or one whose
+    chunks are all kept, is searched for ids and scores alone."""
+    built = services.ingest.build(conversation("few", EN_TURNS))
+    services.ingest.upsert(built.chunks)
+    assert len(built.chunks) <= selection.WHOLE_SCOPE_AT_MOST
+    request = SearchRequest("golden retriever hiking", 3, filters=SearchFilters(("few",)))
+    selector = services.search.current.selector
+    monkeypatch.setattr(selection, "WHOLE_SCOPE_AT_MOST", 0)
+    read = services.search.search(request).hits
+    monkeypatch.setattr(selection, "WHOLE_SCOPE_AT_MOST", 16)
+    monkeypatch.setattr(selector, "recent", RecentRecords(100))
+    asked: list[bool] = []
+    real_search = services.store.search_dense
+
+    def recording_search(*args: Any, **kwargs: Any) -> Any:
+        asked.append(bool(args[3] if len(args) > 3 else kwargs.get("whole", False)))
+        return real_search(*args, **kwargs)
+
+    monkeypatch.setattr(services.store, "search_dense", recording_search)
+    reads = counted_reads(services, monkeypatch)
+    whole = services.search.search(request).hits
+    assert (asked, reads) == ([True], [])
+    assert [dataclasses.replace(h, score=0.0) for h in whole] == [
+        dataclasses.replace(h, score=0.0) for h in read
+    ]
+    again = services.search.search(request).hits  # every chunk kept: ids and scores only
+    assert (asked, reads) == ([True, False], [])
+    assert [h.chunk_id for h in again] == [h.chunk_id for h in whole]
+
+    monkeypatch.setattr(selector, "recent", RecentRecords(100))
+    monkeypatch.setattr(selection, "WHOLE_SCOPE_AT_MOST", len(built.chunks) - 1)
+    larger = services.search.search(request).hits
+    assert [h.chunk_id for h in larger] == [h.chunk_id for h in whole]
+    assert asked[-1] is False and reads

@@ -144,6 +144,11 @@ class LogReader(Protocol):
         standing instruction, at most `limit` of them."""
         ...
 
+    def layout_hashes(self, conversation_ids: Sequence[str], limit: int) -> list[tuple[str, str]]:
+        """(chunk id, content hash) of these conversations' layout rows not deleted, of any
+        version, at most `limit` of them."""
+        ...
+
     def layout_versions(self, conversation_id: str) -> list[int]: ...
 
     def first_unindexed_turn(self, conversation_id: str, version: int) -> int | None:

@@ -54,6 +54,15 @@ class RecentRecords:
         metrics.SEARCH_RECORD_LOOKUPS.labels("miss").inc(len(wanted) - len(found))
         return found
 
+    def hold(self, wanted: Sequence[tuple[str, str]]) -> bool:
+        """Whether every (chunk id, content hash) pair is kept with that hash (a look,
+        not a use: the order of eviction stays)."""
+        with self._lock:
+            return all(
+                h and (kept := self._records.get(cid)) is not None and kept.content_hash == h
+                for cid, h in wanted
+            )
+
     def keep(self, records: Iterable[StoredChunk]) -> None:
         if not self.capacity:
             return

@@ -98,7 +98,6 @@ class SearchService:
         self.embedder = embedder
         self.tuning = tuning
         self.queries = queries
-        self.recent = recent
         self.selector = HitSelector(store, log, recent)
         self.standing = StandingRules(log, self.selector)
         # Turn lines are written only by an embedder that pools parts: with any other,
@@ -249,8 +248,15 @@ class SearchService:
             keyword_future = self._pool.submit(
                 contextvars.copy_context().run, self._keyword, req.query_text, scope, pool
             )
-            dense, rules, vector = self._dense(req.query_text, scope, pool, rules_scope=rules_scope)
+            # a few chunks in scope: every one in the dense list, whole (no read after it)
+            whole = not req.turn_budget and not req.mmr_lambda and not audit
+            whole = whole and self.selector.reads_whole(scope.filters.conversation_ids)
+            dense, rules, vector = self._dense(
+                req.query_text, scope, pool, whole, rules_scope=rules_scope
+            )
             keyword = keyword_future.result()
+            if whole:
+                self.selector.recent.keep(c.stored for c in dense if c.stored is not None)
             weights = [self.tuning.dense_weight, self.tuning.keyword_weight]
             with stage("search", "fuse"):
                 if self.tuning.fusion is Fusion.SCORE:

@@ -27,6 +27,12 @@ from memsvc.services.recent_records import RecentRecords
 # (conversation, first turn, last turn): what a hit covers.
 Span = tuple[str, int, int]
 
+# A hybrid search of conversations holding at most this many chunks has its dense list
+# return whole records: that list then holds every chunk in scope, and no read follows.
+# Decoding a record in a search costs ~0.1 ms, a read's round trip ~1.5 ms on a shard of
+# 30,000 rows (benchmarks/archive/2026-12-06.md, Scale v3).
+WHOLE_SCOPE_AT_MOST = 16
+
 
 class Judged(NamedTuple):
     """What the log's layout says of a live candidate before its record is read."""
@@ -65,6 +71,16 @@ class HitSelector:
         self.store = store
         self.log = log
         self.recent = recent
+
+    def reads_whole(self, conversation_ids: Sequence[str]) -> bool:
+        """Whether a search of these conversations should return whole records: they hold
+        few chunks (WHOLE_SCOPE_AT_MOST), not all kept from recent reads (a read of kept
+        records costs nothing)."""
+        if not conversation_ids or len(conversation_ids) > WHOLE_SCOPE_AT_MOST:
+            return False
+        with stage("search", "plan"), self.log.snapshot() as r:
+            rows = r.layout_hashes(conversation_ids, WHOLE_SCOPE_AT_MOST + 1)
+        return len(rows) <= WHOLE_SCOPE_AT_MOST and not self.recent.hold(rows)
 
     def top(
         self,

@@ -100,6 +100,14 @@ class LayoutQueries:
         )
         return [str(r[0]) for r in rows]
 
+    def layout_hashes(self, conversation_ids: Sequence[str], limit: int) -> list[tuple[str, str]]:
+        rows = self.sql.rows(
+            "SELECT chunk_id, content_hash FROM layout WHERE deleted = 0"
+            f" AND conversation_id IN ({marks(len(conversation_ids))}) LIMIT ?",
+            (*conversation_ids, limit),
+        )
+        return [(str(r[0]), str(r[1])) for r in rows]
+
     def layout_versions(self, conversation_id: str) -> list[int]:
         rows = self.sql.rows(
             "SELECT DISTINCT chunk_version FROM layout WHERE conversation_id = ? ORDER BY 1",
