@@ -27,6 +27,7 @@ Policy (also in the README):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -311,6 +312,16 @@ def _plan_run(
 def _split_turn(
     turn: StoredTurn, policy: ChunkPolicy, label_tokens: int, count_tokens: TokenCounter
 ) -> list[ChunkWindow]:
+    return list(_turn_parts(turn, policy, label_tokens, count_tokens))
+
+
+# A long turn is split when its conversation is planned and again when its parts' vectors
+# are made (`turn_windows`), each split counting tokens sentence by sentence: the last few
+# splits are kept.
+@functools.lru_cache(maxsize=16)
+def _turn_parts(
+    turn: StoredTurn, policy: ChunkPolicy, label_tokens: int, count_tokens: TokenCounter
+) -> tuple[ChunkWindow, ...]:
     budget = policy.part_budget - label_tokens
     max_chars = policy.max_piece_chars
     pieces: list[str] = []
@@ -324,10 +335,10 @@ def _split_turn(
             current = candidate
     if current:
         pieces.append(current)
-    return [
+    return tuple(
         ChunkWindow((turn,), part_index=i, part_count=len(pieces), piece=p, head=pieces[0])
         for i, p in enumerate(pieces)
-    ]
+    )
 
 
 def turn_windows(

@@ -14,6 +14,7 @@ Retrieval v3).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -25,6 +26,10 @@ from memsvc.domain.chunking import ChunkPolicy, ChunkWindow, TokenCounter
 _MAX_CHARS_PER_TOKEN = 32
 
 
+# Every part of a long turn has the turn's vector, so the gist of one turn is asked once a
+# part, one part after another: counting the whole turn each time was a tenth of an index
+# step's CPU on the remote path (a 1,000-part turn counted 1,000 times). Kept for a few turns.
+@functools.lru_cache(maxsize=16)
 def gist(text: str, tokens: int, count_tokens: TokenCounter) -> str:
     """The start of `text` within `tokens` model tokens, cut at a space when one is near."""
     if len(text) <= tokens or count_tokens([text])[0] <= tokens:
