@@ -11,16 +11,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from structlog.testing import capture_logs
 
-from memsvc.domain.records import StoredChunk
+from memsvc.domain.records import Candidate, StoredChunk
 from memsvc.domain.types import SearchFilters
 from memsvc.ports import SearchScope
 from memsvc.storage.milvus import lite, schema
-from memsvc.storage.milvus.shards import BYTES_PER_ROW, ShardMap, shard_index
+from memsvc.storage.milvus import store as milvus_store
+from memsvc.storage.milvus.shards import (
+    BYTES_PER_ROW,
+    ShardMap,
+    asked_again,
+    first_ask,
+    merged,
+    shard_index,
+)
 from memsvc.storage.milvus.store import MilvusChunkStore
 from tests.test_store import DIM, ident, record
 
@@ -122,11 +131,14 @@ class ShardedStoreMachine(RuleBasedStateMachine):
     @rule(
         convs=st.lists(st.sampled_from(CONVERSATIONS), max_size=3, unique=True),
         seed=st.integers(0, 99),
+        limit=st.integers(1, 16),
     )
-    def search(self, convs: list[str], seed: int) -> None:
+    def search(self, convs: list[str], seed: int, limit: int) -> None:
+        """Past 8, a search of several shards asks each for fewer than `limit` first
+        (shards.first_ask), and again in full those whose rows could rank higher."""
         query = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
-        found = self.store.search_dense(query, scoped(*convs), 5)
-        want = nearest(self.model, query, set(convs) if convs else None)[:5]
+        found = self.store.search_dense(query, scoped(*convs), limit)
+        want = nearest(self.model, query, set(convs) if convs else None)[:limit]
         assert [c.chunk_id for c in found] == want
 
     @invariant()
@@ -154,6 +166,53 @@ ShardedStoreMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_a_store_in_shards_answers_as_one_collection = ShardedStoreMachine.TestCase
+
+
+def test_a_search_of_shards_asks_again_those_whose_rows_could_rank_higher() -> None:
+    """Each shard is asked for its share first; one that returned all it was asked for and
+    whose last still ranks among the best `limit` of all may hold more of them."""
+
+    def part(*scores: float) -> list[Candidate]:
+        return [Candidate(f"{s}", s) for s in scores]
+
+    assert first_ask(300, 32) == 23 and first_ask(5, 4) == 5 and first_ask(16, 4) == 12
+    # one shard holds every best row: it alone is asked again
+    parts = [part(0.9, 0.8, 0.7), part(0.3, 0.2), part(0.1)]
+    assert asked_again(parts, 3, 4) == [0]
+    # the best 4 are 0.9, 0.8, 0.7 and 0.6: shard 1's last (0.4) ranks below them
+    assert asked_again([part(0.9, 0.8, 0.7), part(0.6, 0.5, 0.4)], 3, 4) == [0]
+    # fewer than `limit` came back: every shard that returned all it was asked for
+    assert asked_again([part(0.9, 0.8), part(0.6, 0.5), part(0.4)], 2, 6) == [0, 1]
+    assert asked_again(parts, 4, 4) == []
+    assert [c.score for c in merged(parts, 4)] == [0.9, 0.8, 0.7, 0.3]
+
+
+def test_a_search_of_shards_finds_the_best_rows_when_one_shard_holds_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One conversation of 40 rows beside eleven of one: the best of an unscoped search
+    are mostly in one shard, which answers its first ask in full and is asked again."""
+    store = shard_store(tmp_path)
+    rows = [record("t0/c0", 2 * i, f"long {i}") for i in range(40)]
+    rows += [record(c, 1000 + 2 * i, f"short {i}") for i, c in enumerate(CONVERSATIONS[1:])]
+    store.upsert(rows)
+    model = {r.record.chunk_id: r for r in rows}
+    again: list[list[int]] = []
+
+    def recording(parts: Any, asked: int, limit: int) -> list[int]:
+        again.append(asked_again(parts, asked, limit))
+        return again[-1]
+
+    monkeypatch.setattr(milvus_store, "asked_again", recording)
+    try:
+        for seed in range(4):
+            query = np.random.default_rng(seed).random(DIM).astype(np.float32)
+            for limit in (16, 30, 51):
+                found = store.search_dense(query, SearchScope(SearchFilters()), limit)
+                assert [c.chunk_id for c in found] == nearest(model, query, None)[:limit]
+    finally:
+        store.close()
+    assert any(again)
 
 
 def test_shard_routing_is_stable_and_spreads_conversations() -> None:

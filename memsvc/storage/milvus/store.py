@@ -25,6 +25,7 @@ from memsvc.ports import SearchScope, Span
 from memsvc.storage.milvus import expressions as ex
 from memsvc.storage.milvus import row_codec
 from memsvc.storage.milvus.collection import MilvusCollection, store_call
+from memsvc.storage.milvus.shards import asked_again, first_ask, merged
 
 log = structlog.get_logger(__name__)
 
@@ -198,24 +199,30 @@ class MilvusChunkStore(MilvusCollection):
         expr = ex.scope_expr(scope, self.marks_current)
         fields = self._fields if whole else row_codec.CANDIDATE_FIELDS
 
-        def one(name: str) -> list[Candidate]:
+        def one(name: str, n: int) -> list[Candidate]:
             with self.residency.using([name]):
                 result = self._client.search(
                     name,
                     data=[data],
                     anns_field=field,
-                    limit=limit,
+                    limit=n,
                     filter=expr,
                     output_fields=fields,
                     search_params={"metric_type": metric},
                 )
             return row_codec.candidates(result[0], whole)
 
-        found = self._fan_out(self.shards.for_scope(scope), one)
-        if len(found) == 1:
-            return found[0]
-        # Scores of every shard are on one scale (cosines; BM25 weights the query carries)
-        return sorted((c for part in found for c in part), key=lambda c: -c.score)[:limit]
+        names = self.shards.for_scope(scope)
+        if len(names) == 1:
+            return one(names[0], limit)
+        asked = first_ask(limit, len(names))
+        parts = self._fan_out(names, lambda name: one(name, asked))
+        again = asked_again(parts, asked, limit)
+        if again:
+            fuller = self._fan_out([names[i] for i in again], lambda name: one(name, limit))
+            for i, part in zip(again, fuller, strict=True):
+                parts[i] = part
+        return merged(parts, limit)
 
     @store_call
     def search_keyword(
