@@ -14,6 +14,7 @@ inside a sentence, or all capitals) weigh more, and no two chosen phrases share 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -97,16 +98,25 @@ class _Word:
     titled: bool  # in a heading or title, whose capitals say nothing
 
 
+# Every window's topic is found with the same few hundred stop words: their set is made
+# once, not once a window (and once a clause, which was a tenth of a long turn's parts'
+# rendering).
+@functools.lru_cache(maxsize=8)
+def _stops(stop_words: frozenset[str]) -> frozenset[str]:
+    return FILLER_WORDS | VERB_CUES | {w.lower() for w in stop_words}
+
+
 def key_phrases(
     text: str, limit: int, stop_words: Iterable[str], exclude: Sequence[str] = ()
 ) -> list[str]:
     """Up to `limit` phrases of up to MAX_PHRASE_WORDS words, most telling first; stable
     for the same text. `exclude`: names already in the prefix (its participants)."""
-    stops = FILLER_WORDS | VERB_CUES | {w.lower() for w in stop_words}
     excluded = {w.lower() for name in exclude for w in _WORD.findall(name)}
+    stops = _stops(frozenset(stop_words))
+    blocked = stops | excluded if excluded else stops
     runs: list[list[_Word]] = []
     for clause, opens_sentence, titled in _clauses(text):
-        runs += _runs(clause, opens_sentence, titled, stops | excluded)
+        runs += _runs(clause, opens_sentence, titled, blocked)
     counts = Counter(w.key for run in runs for w in run)
     lowered = {w.key for run in runs for w in run if w.text.islower()}
     named = {w.key for run in runs for w in run if w.name}

@@ -29,7 +29,7 @@ STOP_WORDS_ZH = set(
     " 如果 然后 现在 今天 明天 昨天 好的 谢谢 对 不 很 太 要 会 想 能 让 给 把 被 去 来 说 看 做 用户 助手"
     " 系统 上下文 讨论 已经 自己 一直 真的 非常 比较 其实 应该 还有 时候 这样 那样 怎么样 多少".split()
 )
-STOP_WORDS_EN = set(
+STOP_WORDS_EN = frozenset(
     """a about above after again against all also am an and any are aren't as at be because been
     before being below between both but by can can't cannot could couldn't did didn't do does
     doesn't doing don't down during each few for from further get got had hadn't has hasn't
