@@ -113,7 +113,6 @@ def filter_expr(
     """The Milvus boolean expression for `filters` ("" = no filter). Default searches read
     each conversation's active version: `current == true` where rows carry the mark
     (`versions_of_multi` None), else the version expression."""
-    """The Milvus boolean expression for `filters` ("" = no filter)."""
     parts: list[str] = []
     if prefixes:
         parts.append(prefixes_expr(prefixes))
