@@ -278,12 +278,12 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
             settings.milvus_token,
             settings.store_shards,
             settings.store_memory_mib << 20,
+            shards_by_tenant=settings.store_shard_by == "tenant",
         )
         fleet = FleetSettings(
             events,
             worker_identity(),
-            # the store's identity as it is at each confirmation: it follows a store that
-            # came back empty (memsvc.services.fleet)
+            # the store's identity at each confirmation: it follows a store that came back empty
             lambda: {
                 "collection": f"{settings.collection} ({store.identity})",
                 "chunking": policy.fingerprint(),

@@ -218,6 +218,13 @@ class Settings(BaseSettings):
         " each takes from its first row; docs/operations/sizing.md); a store keeps the count"
         " it was made with",
     )
+    store_shard_by: Literal["conversation", "tenant"] = Field(
+        "conversation",
+        description="what places a conversation in a shard of a new store: the hash of its"
+        " id, or of its tenant (the id up to its first '/'), so a token limited to a tenant's"
+        " prefix searches one shard, not all; tenants of unequal size make shards of unequal"
+        " size (docs/operations/sizing.md); a store keeps the placement it was made with",
+    )
     store_memory_mib: int = Field(
         0,
         ge=0,

@@ -37,7 +37,7 @@ CONVERSATIONS = [f"t{t}/c{c}" for t in range(3) for c in range(4)]
 SHARDS = 4
 
 
-def shard_store(path: Path, budget_rows: int = 0) -> MilvusChunkStore:
+def shard_store(path: Path, budget_rows: int = 0, by_tenant: bool = False) -> MilvusChunkStore:
     return MilvusChunkStore(
         str(path / "m.db"),
         "c",
@@ -46,6 +46,7 @@ def shard_store(path: Path, budget_rows: int = 0) -> MilvusChunkStore:
         # Milvus Lite's own memory before any row counts against a budget
         memory_budget_bytes=budget_rows * BYTES_PER_ROW + lite.BASE_BYTES if budget_rows else 0,
         memory_held_outside=lambda: 0,  # the rows alone: this test process's memory aside
+        shards_by_tenant=by_tenant,
     )
 
 
@@ -68,12 +69,14 @@ def nearest(rows: dict[str, StoredChunk], query: np.ndarray, convs: set[str] | N
 class ShardedStoreMachine(RuleBasedStateMachine):
     """The store against `model`: chunk id -> the row it holds."""
 
+    by_tenant = False
+
     def __init__(self) -> None:
         super().__init__()
         import tempfile
 
         self.dir = Path(tempfile.mkdtemp(prefix="shards-"))
-        self.store = shard_store(self.dir, budget_rows=6)
+        self.store = shard_store(self.dir, budget_rows=6, by_tenant=self.by_tenant)
         self.model: dict[str, StoredChunk] = {}
         self.turn = 0
 
@@ -141,6 +144,18 @@ class ShardedStoreMachine(RuleBasedStateMachine):
         want = nearest(self.model, query, set(convs) if convs else None)[:limit]
         assert [c.chunk_id for c in found] == want
 
+    @rule(prefix=st.sampled_from(["t0/", "t1/", "t2/c1", "t", ""]), seed=st.integers(0, 99))
+    def search_a_prefix(self, prefix: str, seed: int) -> None:
+        """A token limited to a prefix: by tenant, a prefix with a "/" asks one shard."""
+        query = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+        scope = SearchScope(prefixes=(prefix,) if prefix else ())
+        asked = self.store.shards.for_scope(scope)
+        found = self.store.search_dense(query, scope, 8)
+        mine = {c: r for c, r in self.model.items() if c and _conv(r).startswith(prefix)}
+        assert [c.chunk_id for c in found] == nearest(mine, query, None)[:8]
+        tenant_wide = self.by_tenant and "/" in prefix
+        assert len(asked) == (1 if tenant_wide else SHARDS)
+
     @invariant()
     def every_row_and_count(self) -> None:
         assert set(self.store.digests()) == set(self.model)
@@ -150,6 +165,10 @@ class ShardedStoreMachine(RuleBasedStateMachine):
             assert self.store.shards.of(row[0]) == self.store.shards.of(
                 self.model[cid].record.metadata.conversation_id
             )
+
+
+def _conv(chunk: StoredChunk) -> str:
+    return chunk.record.metadata.conversation_id
 
 
 def _deleted(chunk: StoredChunk) -> StoredChunk:
@@ -166,6 +185,14 @@ ShardedStoreMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_a_store_in_shards_answers_as_one_collection = ShardedStoreMachine.TestCase
+
+
+class ByTenantMachine(ShardedStoreMachine):
+    by_tenant = True
+
+
+ByTenantMachine.TestCase.settings = ShardedStoreMachine.TestCase.settings
+test_a_store_in_shards_by_tenant_answers_as_one_collection = ByTenantMachine.TestCase
 
 
 def test_a_search_of_shards_asks_again_those_whose_rows_could_rank_higher() -> None:
@@ -226,6 +253,47 @@ def test_shard_routing_is_stable_and_spreads_conversations() -> None:
     counts = np.bincount([shard_index(f"t{i % 50}/c{i}", 64) for i in range(64_000)], minlength=64)
     assert counts.min() > 0.8 * 1000 and counts.max() < 1.2 * 1000
     assert ShardMap("c", 4).names == ["c", "c_shard1", "c_shard2", "c_shard3"]
+
+
+def test_shards_by_tenant_hold_a_tenant_in_one_and_its_searches_ask_that_one() -> None:
+    by_tenant = ShardMap("c", 64, by_tenant=True)
+    assert len({by_tenant.of(f"t7/c{i}") for i in range(100)}) == 1
+    assert by_tenant.of("t7/c1") == ShardMap("c", 64).of("t7/")  # the tenant's own hash
+    assert len({by_tenant.of(f"t{i}/c1") for i in range(100)}) > 30
+    tenant = SearchScope(prefixes=("t7/", "t7/c1"))
+    assert by_tenant.for_scope(tenant) == [by_tenant.of("t7/c1")]
+    assert by_tenant.for_scope(SearchScope(prefixes=("t7/", "t8/"))) == [
+        by_tenant.of("t7/"),
+        by_tenant.of("t8/"),
+    ]
+    # a prefix without "/" spans tenants (`t7` holds `t7/...` and `t70/...`): every shard
+    assert len(by_tenant.for_scope(SearchScope(prefixes=("t7",)))) == 64
+    assert len(ShardMap("c", 64).for_scope(tenant)) == 64
+    named = SearchScope(SearchFilters(conversation_ids=("t7/c1", "t8/c1")), prefixes=("t7/",))
+    assert by_tenant.for_scope(named) == [by_tenant.of("t7/"), by_tenant.of("t8/")]
+
+
+def test_a_store_keeps_the_placement_it_was_made_with(tmp_path: Path) -> None:
+    store = shard_store(tmp_path, by_tenant=True)
+    rows = [record(c, 2, f"{c} hello") for c in CONVERSATIONS]
+    store.upsert(rows)
+    store.close()
+    with capture_logs() as logs:
+        again = MilvusChunkStore(str(tmp_path / "m.db"), "c", ident("m"), shards=SHARDS)
+    try:
+        assert again.shards.by_tenant
+        assert any(e["event"] == "store_shards_kept" for e in logs)
+        for conv in CONVERSATIONS:
+            assert [c.record.chunk_id for c in again.chunks_of(conv)] == [
+                r.record.chunk_id for r in rows if _conv(r) == conv
+            ]
+    finally:
+        again.close()
+    one = MilvusChunkStore(str(tmp_path / "one.db"), "c", ident("m"), shards_by_tenant=True)
+    try:
+        assert (one.shards.count, one.shards.by_tenant) == (1, False)
+    finally:
+        one.close()
 
 
 def test_a_store_keeps_its_shards_and_loads_them_when_used(tmp_path: Path) -> None:

@@ -87,9 +87,11 @@ class MilvusCollection:
         memory_budget_bytes: int = 0,
         # a memory budget bounds the node: this process's own memory counts
         memory_held_outside: Callable[[], int] = process_memory.resident_bytes,
+        shards_by_tenant: bool = False,
     ) -> None:
         self.uri = uri
         self._new_shards = shards
+        self._new_by_tenant = shards_by_tenant
         self._memory_budget = memory_budget_bytes
         self._held_outside = memory_held_outside
         self.model = model
@@ -146,26 +148,34 @@ class MilvusCollection:
     def _open_collection(self) -> None:
         """Open (or make) the collection and its shards; on Milvus Lite, index their rows'
         keys."""
-        self.schema_version, self.identity, count = schema.ensure_collection(
-            self._client, self.collection, self.uri, self.model, self._new_shards
+        self.schema_version, self.identity, count, by_tenant = schema.ensure_collection(
+            self._client,
+            self.collection,
+            self.uri,
+            self.model,
+            self._new_shards,
+            self._new_by_tenant,
         )
-        if count != self._new_shards:
+        if (count, by_tenant) != (self._new_shards, self._new_by_tenant and count > 1):
             log.warning(
                 "store_shards_kept",
                 collection=self.collection,
                 shards=count,
+                by_tenant=by_tenant,
                 configured=self._new_shards,
-                note="a collection keeps the shards it was made with; to change them, set"
+                configured_by_tenant=self._new_by_tenant,
+                note="a collection keeps the shards it was made with, and their placement; to"
+                " change them, set"
                 " MEMSVC_COLLECTION to a new name: it is rebuilt from the event log while"
                 " searches answer from this one (docs/operations/sizing.md)",
             )
-        self._open_shards(count)
+        self._open_shards(count, by_tenant)
 
-    def _open_shards(self, count: int) -> None:
+    def _open_shards(self, count: int, by_tenant: bool) -> None:
         before: Residency | None = getattr(self, "residency", None)
         if before is not None:  # reconnected: the process before held the loads
             before.stop()
-        self.shards = ShardMap(self.collection, count)
+        self.shards = ShardMap(self.collection, count, by_tenant)
         self.residency = Residency(
             self.shards.names,
             load=lambda name: self._client.load_collection(name),

@@ -64,10 +64,10 @@ class PreviousCollection(MilvusChunkStore):
         return schema.recorded_model(owner._client, collection)
 
     def _open_collection(self) -> None:
-        self.schema_version, self.identity, count = schema.ensure_collection(
+        self.schema_version, self.identity, count, by_tenant = schema.ensure_collection(
             self._client, self.collection, self.uri, self.model
         )
-        self._open_shards(count)
+        self._open_shards(count, by_tenant)
 
     def close(self, erase: bool = False) -> None:
         """The connection is the owner's."""

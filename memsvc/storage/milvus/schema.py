@@ -94,12 +94,18 @@ def collection_for(client: Any, base: str, model: ModelIdentity) -> str:
 
 
 def ensure_collection(
-    client: Any, collection: str, uri: str, model: ModelIdentity, shards: int = 1
-) -> tuple[int, str, int]:
-    """Opens the collection, or creates it (in `shards` collections: memsvc.storage.milvus.
-    shards); returns its schema version, its identity (an id made when the collection was
-    created: the log recognises the same collection at another address) and its count of
-    shards, the one recorded at its creation. A collection of one shard is loaded here;
+    client: Any,
+    collection: str,
+    uri: str,
+    model: ModelIdentity,
+    shards: int = 1,
+    by_tenant: bool = False,
+) -> tuple[int, str, int, bool]:
+    """Opens the collection, or creates it (in `shards` collections placing conversations
+    by their id or, `by_tenant`, by their tenant: memsvc.storage.milvus.shards); returns
+    its schema version, its identity (an id made when the collection was created: the log
+    recognises the same collection at another address), its count of shards and whether
+    they are by tenant, as recorded at its creation. A collection of one shard is loaded here;
     shards load when used. A collection written by another model (another
     dimension, or a fingerprint that disagrees) is FailedPrecondition with the remedy;
     the same vectors under another name (the local model moved to a server) are not."""
@@ -159,12 +165,15 @@ def ensure_collection(
         if count == 1:
             client.load_collection(collection)
         identity = f"{_id_from_marker(found, uri, collection)}|{recorded.model}|{recorded.dim}"
-        return version, identity, count
+        return version, identity, count, found.get("shard_by") == "tenant"
     store_id = uuid.uuid4().hex
     marker: dict[str, Any] = {"memsvc_schema": SCHEMA_VERSION, **model.to_json()}
     marker["store_id"] = store_id
+    by_tenant = by_tenant and shards > 1
     if shards > 1:
         marker["shards"] = shards
+    if by_tenant:
+        marker["shard_by"] = "tenant"
     try:
         # the shards first: a crash between leaves no marker naming shards that are not
         _ensure_shards(client, collection, shards, marker, model.dim)
@@ -173,7 +182,7 @@ def ensure_collection(
         if not client.has_collection(collection):
             raise
         # another process sharing the store created it meanwhile: open theirs
-        return ensure_collection(client, collection, uri, model, shards)
+        return ensure_collection(client, collection, uri, model, shards, by_tenant)
     log.info(
         "collection_created",
         collection=collection,
@@ -181,7 +190,7 @@ def ensure_collection(
         dim=model.dim,
         provider=model.provider,
     )
-    return SCHEMA_VERSION, f"{store_id}|{model.model}|{model.dim}", shards
+    return SCHEMA_VERSION, f"{store_id}|{model.model}|{model.dim}", shards, by_tenant
 
 
 def _ensure_shards(client: Any, base: str, count: int, marker: dict[str, Any], dim: int) -> None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from memsvc.domain.bm25 import tenant
 from memsvc.domain.records import Candidate
 from memsvc.ports import SearchScope
 
@@ -57,17 +58,22 @@ def shard_index(conversation_id: str, count: int) -> int:
 
 @dataclass(frozen=True)
 class ShardMap:
-    """Which shard holds which conversation."""
+    """Which shard holds which conversation: the hash of its id, or with `by_tenant` of its
+    tenant (the id up to its first "/": memsvc.domain.bm25.tenant), so that a search of
+    one tenant's conversations (a token limited to its prefix) asks one shard. Tenants of
+    unequal size make shards of unequal size, and ids without a "/" all share one."""
 
     base: str
     count: int
+    by_tenant: bool = False
 
     @property
     def names(self) -> list[str]:
         return [shard_name(self.base, i) for i in range(self.count)]
 
     def of(self, conversation_id: str) -> str:
-        return shard_name(self.base, shard_index(conversation_id, self.count))
+        key = tenant(conversation_id) if self.by_tenant else conversation_id
+        return shard_name(self.base, shard_index(key, self.count))
 
     def holding(self, conversation_ids: Iterable[str]) -> list[str]:
         """The shards of these conversations (every shard when none is named: a caller
@@ -76,8 +82,15 @@ class ShardMap:
         return named or self.names
 
     def for_scope(self, scope: SearchScope) -> list[str]:
-        """The shards a search must ask: those of the conversations it names, else all."""
-        return self.holding(scope.filters.conversation_ids)
+        """The shards a search must ask: those of the conversations it names; by tenant,
+        those of the tenants its prefixes lie in (a prefix with a "/" lies in one: `t07/`
+        and `t07/u1` in `t07/`); else all."""
+        if scope.filters.conversation_ids:
+            return self.holding(scope.filters.conversation_ids)
+        prefixes = scope.prefixes
+        if self.by_tenant and prefixes and all("/" in p for p in prefixes):
+            return list(dict.fromkeys(self.of(p) for p in prefixes))
+        return self.names
 
 
 def first_ask(limit: int, shards: int) -> int:
