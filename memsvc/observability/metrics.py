@@ -109,7 +109,7 @@ STAGE_DURATION = Histogram(
     "memsvc_stage_duration_seconds",
     "Time of one stage of a search, or of a write of chunks (Upsert, an index step),"
     " by operation and stage. search: embed | keyword | dense | fuse | read | verify |"
-    " standing; write: check | read | tokens | embed | store | bookkeep | settle. A hybrid"
+    " standing | plan; write: check | read | tokens | embed | store | bookkeep | settle. A hybrid"
     " search's keyword stage runs during its embed and dense stages. With tracing on, each"
     " stage is also a span, `operation stage`.",
     ["operation", "stage"],

@@ -33,6 +33,7 @@ _stage_attributes: dict[str, dict[str, str]] = {}
 # store's operation), or the embedding model. The rest (fuse) is memsvc's own work.
 STAGE_TARGETS: dict[str, tuple[str, str]] = {
     "search standing": ("log", ""),
+    "search plan": ("log", ""),
     "search verify": ("log", ""),
     "write check": ("log", ""),
     "write bookkeep": ("log", ""),
