@@ -14,6 +14,7 @@ from pathlib import Path
 from memsvc.app import Services, build_services
 from memsvc.domain.types import SearchFilters, SearchMode, SearchRequest, TurnRange
 from memsvc.embedding.model import Embedder
+from memsvc.ports import SearchScope
 from memsvc.storage.milvus.previous import PreviousCollection
 from memsvc.transports.cli.client import _shards_line
 from memsvc.transports.grpc.convert import server_info_to_pb
@@ -28,8 +29,12 @@ CONVERSATIONS = {
 }
 
 
-def start(data_dir: Path, embedder: Embedder, collection: str, shards: int) -> Services:
-    settings = make_settings(data_dir, collection=collection, store_shards=shards, store_check_s=60)
+def start(
+    data_dir: Path, embedder: Embedder, collection: str, shards: int, by: str = "conversation"
+) -> Services:
+    settings = make_settings(
+        data_dir, collection=collection, store_shards=shards, store_shard_by=by, store_check_s=60
+    )
     return build_services(settings, embedder=embedder)
 
 
@@ -141,3 +146,38 @@ def test_a_node_moves_into_shards_and_back_answering_throughout(
         assert all("2025-02-18" not in t for t in scoped_texts(back, "acme/passport", "expires"))
     finally:
         back.close()
+
+
+def test_a_node_moves_to_shards_by_tenant_answering_throughout(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """From shards by conversation to shards by tenant (`store_shard_by`), under a new
+    collection: rebuilt from the log while the shards before answer; then a tenant's
+    conversations share a shard, and a search limited to its prefix asks that one."""
+    svc = start(tmp_path, embedder, "memsvc_chunks", 4)
+    try:
+        for conv, turns in CONVERSATIONS.items():
+            svc.ingest.append(conversation(conv, turns))
+            assert svc.control.wait_for_indexed(conv, 1, 60).state == "idle"
+        assert not svc.store.shards.by_tenant
+        svc.control.set_paused(True)
+    finally:
+        svc.close()
+
+    moved = start(tmp_path, embedder, "memsvc_by_tenant", 4, by="tenant")
+    try:
+        assert moved.store.shards.by_tenant and moved.describe().model_move is not None
+        answers_everything(moved)  # from the shards before
+        moved.control.set_paused(False)
+        wait_moved(moved)
+        answers_everything(moved)
+        stored = moved.store.digests()
+        assert {conv for conv, _h, _d in stored.values()} == set(CONVERSATIONS)
+        for tenant in ("acme/", "beta/", "gamma/"):
+            shards = {
+                moved.store.shards.of(c) for c, _h, _d in stored.values() if c.startswith(tenant)
+            }
+            assert shards == {moved.store.shards.of(tenant)}
+            assert moved.store.shards.for_scope(SearchScope(prefixes=(tenant,))) == list(shards)
+    finally:
+        moved.close()
