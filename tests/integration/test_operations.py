@@ -219,10 +219,11 @@ def test_cli_and_metrics_against_a_running_server(tmp_path: Path) -> None:
         stages = metrics["memsvc_stage_duration_seconds_count"]
         for stage in ("embed", "keyword", "dense", "fuse", "verify"):
             assert total(stages, operation="search", stage=stage) >= 2, stage
-        # the second search's hits were recent: read once, then taken from recent records
-        assert total(stages, operation="search", stage="read") >= 1
+        # c1 holds a few chunks: the first search took them whole from its dense list (its
+        # plan stage said so) and kept them; the second took its hits from those kept
+        assert total(stages, operation="search", stage="plan") >= 2
         lookups = metrics["memsvc_search_record_lookups_total"]
-        assert total(lookups, result="hit") >= 1 and total(lookups, result="miss") >= 1
+        assert total(lookups, result="hit") >= 1
         for stage in ("check", "embed", "store", "bookkeep", "settle"):
             assert total(stages, operation="write", stage=stage) >= 1, stage
         # paused with a turn appended since: the lag is visible
