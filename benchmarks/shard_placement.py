@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import tempfile
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from lite_filters import median_ms
 
 from memsvc.domain import bm25
 from memsvc.domain.hashing import content_hash
@@ -37,15 +35,7 @@ from memsvc.storage.milvus.store import MilvusChunkStore
 DIM = 384
 ROWS_PER_CONVERSATION = 10
 WORDS = [f"w{i}" for i in range(2000)]
-
-
-def median_ms(call: Callable[[], object], n: int = 40) -> float:
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return round(statistics.median(times) * 1000, 2)
+SEARCHES = 40  # calls a median is taken of
 
 
 def rows(tenants: int, conversations: int, rng: random.Random) -> list[StoredChunk]:
@@ -98,10 +88,12 @@ def measure(store: MilvusChunkStore, tenants: int, conversations: int) -> dict[s
         ("unscoped", SearchScope),
     ):
         figures[f"{label}_dense_ms"] = median_ms(
-            lambda scope=scope: store.search_dense(query, scope(), 300)  # type: ignore[misc]
+            lambda scope=scope: store.search_dense(query, scope(), 300),  # type: ignore[misc]
+            SEARCHES,
         )
         figures[f"{label}_keyword_ms"] = median_ms(
-            lambda scope=scope: store.search_keyword(keyword_query(), scope(), 300)  # type: ignore[misc]
+            lambda scope=scope: store.search_keyword(keyword_query(), scope(), 300),  # type: ignore[misc]
+            SEARCHES,
         )
     return figures
 

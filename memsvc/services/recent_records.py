@@ -41,13 +41,8 @@ class RecentRecords:
         found: dict[str, StoredChunk] = {}
         with self._lock:
             for chunk_id, content_hash in wanted:
-                kept = self._records.get(chunk_id)
-                if (
-                    kept is not None
-                    and content_hash
-                    and kept.content_hash == content_hash
-                    and (usable is None or usable(kept))
-                ):
+                kept = self._kept(chunk_id, content_hash)
+                if kept is not None and (usable is None or usable(kept)):
                     self._records.move_to_end(chunk_id)
                     found[chunk_id] = kept
         metrics.SEARCH_RECORD_LOOKUPS.labels("hit").inc(len(found))
@@ -58,10 +53,14 @@ class RecentRecords:
         """Whether every (chunk id, content hash) pair is kept with that hash (a look,
         not a use: the order of eviction stays)."""
         with self._lock:
-            return all(
-                h and (kept := self._records.get(cid)) is not None and kept.content_hash == h
-                for cid, h in wanted
-            )
+            return all(self._kept(cid, h) is not None for cid, h in wanted)
+
+    def _kept(self, chunk_id: str, content_hash: str) -> StoredChunk | None:
+        """The record kept for `chunk_id` with that content hash (the lock held)."""
+        kept = self._records.get(chunk_id)
+        if kept is None or not content_hash or kept.content_hash != content_hash:
+            return None
+        return kept
 
     def keep(self, records: Iterable[StoredChunk]) -> None:
         if not self.capacity:
