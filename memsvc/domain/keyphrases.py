@@ -179,7 +179,7 @@ def _runs(
     runs: list[list[_Word]] = []
     run: list[_Word] = []
     after_cue = False
-    words = [re.sub(r"['’]s$", "", m.group()).replace("’", "'") for m in _WORD.finditer(clause)]
+    words = [_no_possessive(w).replace("’", "'") for w in _WORD.findall(clause)]
     for i, raw in enumerate(words):
         low = raw.lower()
         named = _named(raw, (i > 0 or not opens_sentence) and not titled)
@@ -205,8 +205,13 @@ def _verb_after_name(before: _Word, word: _Word) -> bool:
     return before.name and word.text.islower() and word.text.endswith(("s", "ed"))
 
 
+def _no_possessive(word: str) -> str:
+    return word[:-2] if word.endswith(("'s", "’s")) else word
+
+
 def _named(word: str, inside_sentence: bool) -> bool:
-    if len(word) > 1 and (word.isupper() or any(c.isupper() for c in word[1:])):
+    # words are ASCII (_WORD): a capital after the first letter is what lowering changes
+    if len(word) > 1 and (word.isupper() or word[1:].lower() != word[1:]):
         return True  # LGBTQ, PostgreSQL, iPhone
     return inside_sentence and word[0].isupper()
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memsvc.domain.keyphrases import FILLER_WORDS, key_phrases
+from memsvc.domain.quick_match import QuickPattern
 from memsvc.domain.standing import INSTRUCTION_TAG
 from memsvc.domain.text import is_chinese
 
@@ -95,6 +96,7 @@ INTENT_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
 )
 INTENT_OTHER = "other"
+_QUICK_RULES = tuple((tag, QuickPattern(pattern)) for tag, pattern in INTENT_RULES)
 INTENT_TAGS = (INSTRUCTION_TAG, *(tag for tag, _ in INTENT_RULES), INTENT_OTHER)
 
 _DIGITS = re.compile(r"^[\d.,:%-]+$")
@@ -115,8 +117,9 @@ def classify_intent(
         joined = "\n".join(texts)
         if not joined:
             continue
-        for tag, pattern in INTENT_RULES:
-            if pattern.search(joined):
+        lowered = joined.lower()
+        for tag, rule in _QUICK_RULES:
+            if rule.search(joined, lowered):
                 return tag
     return INTENT_OTHER
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import re
 
+from memsvc.domain.quick_match import QuickPattern
+
 INSTRUCTION_TAG = "instruction"
 
 # Actions a user asks of an assistant, after "always" / "never".
@@ -49,11 +51,12 @@ STANDING_RULE = re.compile(
     r"|(?:总是|始终|永远)(?:用|使用|包括|提供|回答|给我|写|列出|附上|加上)",
     re.IGNORECASE | re.MULTILINE,
 )
+_QUICK_RULE = QuickPattern(STANDING_RULE)
 
 
 def is_standing(text: str) -> bool:
     """Whether a user's or system's turn states a standing instruction or preference."""
-    return STANDING_RULE.search(text) is not None
+    return _QUICK_RULE.search(text)
 
 
 def gives_rule(speaker: str, text: str) -> bool:
