@@ -125,7 +125,7 @@ def terms(text: str) -> list[str]:
         if i % 2:
             out.extend(_cut_han(piece))
         else:
-            out.extend(_stem(w) for w in _WORD.findall(piece.lower()))
+            out.extend(map(_stem, _WORD.findall(piece.lower())))
     return out
 
 
@@ -137,11 +137,11 @@ def term_id(term: str) -> int:
 
 
 def term_counts(text: str) -> Counter[int]:
-    return Counter(term_id(t) for t in terms(text))
+    return Counter(map(term_id, terms(text)))
 
 
 def document_terms(text: str) -> set[int]:
-    return {term_id(t) for t in terms(text)}
+    return set(map(term_id, terms(text)))
 
 
 def doc_vector(text: str) -> dict[int, float]:

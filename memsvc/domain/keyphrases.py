@@ -182,7 +182,6 @@ def _runs(
     words = [_no_possessive(w).replace("’", "'") for w in _WORD.findall(clause)]
     for i, raw in enumerate(words):
         low = raw.lower()
-        named = _named(raw, (i > 0 or not opens_sentence) and not titled)
         if low in stops or len(low) < MIN_WORD_CHARS or "'" in low:
             if low in OBJECT_CUES and len(run) > 1 and _verb_after_name(run[-2], run[-1]):
                 run.pop()
@@ -191,6 +190,7 @@ def _runs(
             run = []
             after_cue = low in VERB_CUES
             continue
+        named = _named(raw, (i > 0 or not opens_sentence) and not titled)
         if after_cue and not run and not named:
             after_cue = False  # the verb or predicate itself
             continue

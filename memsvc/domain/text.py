@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from datetime import datetime
+from itertools import islice
 
 from memsvc.domain.errors import InvalidArgument
 
@@ -98,8 +99,7 @@ def is_chinese(text: str) -> bool:
     if _KANA.search(text):
         return False
     cjk = len(_CJK.findall(text))
-    latin = len(_LATIN.findall(text))
-    return cjk > 0 and cjk * 4 >= latin
+    return cjk > 0 and cjk * 4 >= len(_LATIN.findall(text))
 
 
 def turn_is_chinese(text: str, window_is_chinese: bool) -> bool:
@@ -107,7 +107,7 @@ def turn_is_chinese(text: str, window_is_chinese: bool) -> bool:
     (Chinese; or a dozen Latin letters and no CJK), else its window's ("ok", "好", code)."""
     if is_chinese(text):
         return True
-    if not _CJK.search(text) and len(_LATIN.findall(text)) >= 12:
+    if not _CJK.search(text) and len(list(islice(_LATIN.finditer(text), 12))) == 12:
         return False
     return window_is_chinese
 
