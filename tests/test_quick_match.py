@@ -12,7 +12,9 @@ from memsvc.domain.prefix import INTENT_RULES, classify_intent
 from memsvc.domain.quick_match import CASE_EXCEPTIONS, QuickPattern
 from memsvc.domain.standing import STANDING_RULE, is_standing
 
-RULES = [pattern for _, pattern in INTENT_RULES] + [STANDING_RULE]
+TABLES = [pattern for _, pattern in INTENT_RULES] + [STANDING_RULE]
+# the same patterns minding case too: the literals are then looked for as written
+RULES = TABLES + [re.compile(p.pattern, p.flags & ~re.IGNORECASE) for p in TABLES]
 QUICK = [QuickPattern(pattern) for pattern in RULES]
 
 # Pieces texts are made of: every rule's necessary literals, the rules' words with their
@@ -65,6 +67,10 @@ def test_every_character_re_folds_to_an_ascii_letter_lowers_to_it_or_is_an_excep
 def test_the_literals_found_and_where_none_is_necessary() -> None:
     assert QuickPattern(re.compile(r"\bmy (?:job|wife)\b", re.I)).anchors == {"my job", "my wife"}
     assert QuickPattern(re.compile(r"ab?c|x[yz]+", re.I)).anchors == {"a", "x"}
+    # minding case: the literals as written, looked for in the text as written
+    cased = QuickPattern(re.compile(r"\bNASA\b|Mars"))
+    assert cased.anchors == {"NASA", "Mars"}
+    assert cased.search("NASA said") and not cased.search("nasa said")
     # an alternative needing no literal: the pattern is always searched
     assert QuickPattern(re.compile(r"\d+|abc")).anchors is None
     assert QuickPattern(re.compile(r"(?i:abc)")).anchors is None

@@ -35,20 +35,22 @@ class QuickPattern:
 
     def __init__(self, pattern: re.Pattern[str]) -> None:
         self.pattern = pattern
-        self.anchors = _anchors(pattern)
+        self.ignore_case = bool(pattern.flags & re.IGNORECASE)
+        self.anchors = _sequence(
+            list(_parser.parse(pattern.pattern, pattern.flags)), self.ignore_case
+        )
 
     def search(self, text: str, lowered: str | None = None) -> bool:
         """`lowered`: `text.lower()`, when the caller has it (several rules, one text)."""
-        if self.anchors is not None and not any(c in text for c in CASE_EXCEPTIONS):
-            low = text.lower() if lowered is None else lowered
-            if not any(a in low for a in self.anchors):
-                return False
+        if self.anchors is not None:
+            if not self.ignore_case:
+                if not any(a in text for a in self.anchors):
+                    return False
+            elif not any(c in text for c in CASE_EXCEPTIONS):
+                low = text.lower() if lowered is None else lowered
+                if not any(a in low for a in self.anchors):
+                    return False
         return self.pattern.search(text) is not None
-
-
-def _anchors(pattern: re.Pattern[str]) -> _Anchors:
-    ignore_case = bool(pattern.flags & re.IGNORECASE)
-    return _sequence(list(_parser.parse(pattern.pattern, pattern.flags)), ignore_case)
 
 
 def _sequence(items: list[tuple[Any, Any]], ignore_case: bool) -> _Anchors:
