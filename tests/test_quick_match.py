@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import string
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsvc.domain.prefix import INTENT_RULES, classify_intent
@@ -33,6 +33,7 @@ _PIECES = st.one_of(
 TEXTS = st.lists(_PIECES, max_size=24).map("".join)
 
 
+@settings(max_examples=400)
 @given(TEXTS)
 def test_each_rule_answers_as_its_pattern(text: str) -> None:
     for pattern, quick in zip(RULES, QUICK, strict=True):

@@ -7,7 +7,8 @@ and it depends on nothing of memsvc.
 - chunks: `chunking` (planning windows), `replanning` (where a plan can start again
   after a change), `rendering` (windows into records), `prefix`
   (context prefixes, intent tags), `keyphrases` (an English window's topic), `standing`
-  (standing instructions), `vectors` (what a chunk's vector is made of);
+  (standing instructions), `quick_match` (the rule tables' searches, a substring test
+  first), `vectors` (what a chunk's vector is made of);
 - search: `bm25` (keyword terms, vectors and per-tenant statistics), `terms` (the words a
   hit matched);
 - who and when: `access` (roles, prefixes), `deadline` (the call's deadline),
