@@ -42,15 +42,18 @@ class QuickPattern:
 
     def search(self, text: str, lowered: str | None = None) -> bool:
         """`lowered`: `text.lower()`, when the caller has it (several rules, one text)."""
-        if self.anchors is not None:
-            if not self.ignore_case:
-                if not any(a in text for a in self.anchors):
-                    return False
-            elif not any(c in text for c in CASE_EXCEPTIONS):
-                low = text.lower() if lowered is None else lowered
-                if not any(a in low for a in self.anchors):
-                    return False
-        return self.pattern.search(text) is not None
+        return self._may_match(text, lowered) and self.pattern.search(text) is not None
+
+    def _may_match(self, text: str, lowered: str | None) -> bool:
+        """False only where no match can be: none of the necessary literals is in the text
+        (lowered, ignoring case, unless it holds a character lowering cannot tell)."""
+        if self.anchors is None:
+            return True
+        if self.ignore_case:
+            if any(c in text for c in CASE_EXCEPTIONS):
+                return True
+            text = text.lower() if lowered is None else lowered
+        return any(a in text for a in self.anchors)
 
 
 def _sequence(items: list[tuple[Any, Any]], ignore_case: bool) -> _Anchors:
