@@ -235,6 +235,27 @@ def test_collection_of_an_older_schema_keeps_working_and_says_how_to_upgrade(
     store.close()
 
 
+def test_a_collection_made_again_with_other_fields_is_written_as_it_now_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows go to Milvus as columns packed against the collection's description, asked once
+    (memsvc.storage.milvus.columns): a collection dropped and made again with other fields
+    (here an older schema's) is described again, not refused."""
+    import memsvc.storage.milvus.schema as store_module
+
+    store = ChunkStore(str(tmp_path / "m.db"), "c", ident("m"))
+    store.upsert([record("c1", 0, "Melanie painted a sunrise")])
+    store._client.drop_collection("c")
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 1)
+    monkeypatch.setattr(store_module, "KEYWORD_ANALYZER", {"tokenizer": "jieba"})
+    assert store.reconnect()
+    assert store.schema_version == 1
+    store.upsert([record("c1", 2, "Caroline went to a support group")])
+    assert store.count() == 1
+    assert len(keyword(store, "support", SearchScope(), 10)) == 1
+    store.close()
+
+
 def test_another_model_gets_a_collection_of_its_own_beside(tmp_path: Path) -> None:
     """Vectors of two models are never mixed: another model (or dimension) than the one
     that wrote the configured collection writes a successor beside it (a model move,

@@ -18,6 +18,7 @@ from memsvc.domain.errors import DiskFull, FailedPrecondition, StoreUnavailable
 from memsvc.domain.model_identity import ModelIdentity
 from memsvc.observability import process_memory
 from memsvc.storage.milvus import lite, schema
+from memsvc.storage.milvus.columns import ColumnWriter
 from memsvc.storage.milvus.schema import (
     CURRENT_SINCE,
     SCALAR_FIELDS,
@@ -99,6 +100,7 @@ class MilvusCollection:
         self._token = token
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._columns = ColumnWriter()  # upserts, packed a field at a time
         self._client = self._connect()
         # `collection` is the configured name; another model's vectors there put this
         # model's in a successor beside it (schema.collection_for)

@@ -271,7 +271,8 @@ class MilvusChunkStore(MilvusCollection):
         for name, rows in by_shard.items():
             with self.residency.using([name]):
                 for start in range(0, len(rows), UPSERT_ROWS):
-                    self._client.upsert(name, rows[start : start + UPSERT_ROWS])
+                    part = rows[start : start + UPSERT_ROWS]
+                    self._columns.upsert(self._client, name, part)
             self.residency.wrote(name, len(rows))
 
     @store_call
