@@ -17,7 +17,7 @@ import structlog
 from memsvc.domain.errors import DiskFull, FailedPrecondition, StoreUnavailable
 from memsvc.domain.model_identity import ModelIdentity
 from memsvc.observability import process_memory
-from memsvc.storage.milvus import lite, schema
+from memsvc.storage.milvus import lite, schema, texts
 from memsvc.storage.milvus.columns import ColumnWriter
 from memsvc.storage.milvus.schema import (
     CURRENT_SINCE,
@@ -26,6 +26,7 @@ from memsvc.storage.milvus.schema import (
     TURN_LINES_SINCE,
 )
 from memsvc.storage.milvus.shards import Residency, ShardMap
+from memsvc.storage.milvus.texts import ChunkTexts
 
 log = structlog.get_logger(__name__)
 
@@ -77,6 +78,8 @@ class MilvusCollection:
 
     shards: ShardMap
     residency: Residency
+    # whether the rows hold references to their texts (memsvc.storage.milvus.texts)
+    text_beside = False
 
     def __init__(
         self,
@@ -101,6 +104,7 @@ class MilvusCollection:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._columns = ColumnWriter()  # upserts, packed a field at a time
+        self._texts: ChunkTexts | None = None  # on Milvus Lite: the rows' texts
         self._client = self._connect()
         # `collection` is the configured name; another model's vectors there put this
         # model's in a successor beside it (schema.collection_for)
@@ -149,15 +153,23 @@ class MilvusCollection:
 
     def _open_collection(self) -> None:
         """Open (or make) the collection and its shards; on Milvus Lite, index their rows'
-        keys."""
-        self.schema_version, self.identity, count, by_tenant = schema.ensure_collection(
-            self._client,
-            self.collection,
-            self.uri,
-            self.model,
-            self._new_shards,
-            self._new_by_tenant,
-        )
+        keys and open the file of their texts."""
+        count, by_tenant = self._ensure()
+        if self._texts is None and lite.is_lite(self.uri):
+            self._texts = ChunkTexts(texts.path_beside(self.uri))
+            self._texts.drop_all_but(schema.store_ids(self._client, self.uri))
+            if self.text_beside and not self._texts.existed and self._holds_rows():
+                # rows whose texts are gone: made again, the event log rebuilds it (a new
+                # store id: memsvc.services.bootstrap.follow_store_identity)
+                log.error(
+                    "store_texts_lost",
+                    collection=self.collection,
+                    file=str(self._texts.path),
+                    remedy="the collection is made again and rebuilt from the event log",
+                )
+                for name in reversed(schema.shard_names(self._client, self.collection)):
+                    self._client.drop_collection(name)
+                count, by_tenant = self._ensure()
         if (count, by_tenant) != (self._new_shards, self._new_by_tenant and count > 1):
             log.warning(
                 "store_shards_kept",
@@ -172,6 +184,28 @@ class MilvusCollection:
                 " searches answer from this one (docs/operations/sizing.md)",
             )
         self._open_shards(count, by_tenant)
+
+    def _ensure(self) -> tuple[int, bool]:
+        self.schema_version, self.identity, count, by_tenant = schema.ensure_collection(
+            self._client,
+            self.collection,
+            self.uri,
+            self.model,
+            self._new_shards,
+            self._new_by_tenant,
+            text_beside=lite.is_lite(self.uri),
+        )
+        self.text_beside = schema.keeps_text_beside(self._client, self.collection)
+        return count, by_tenant
+
+    @property
+    def store_id(self) -> str:
+        """The id the collection was made with (the texts beside are kept under it)."""
+        return self.identity.split("|", 1)[0]
+
+    def _holds_rows(self) -> bool:
+        names = schema.shard_names(self._client, self.collection)
+        return any(int(self._client.get_collection_stats(n)["row_count"]) for n in names)
 
     def _open_shards(self, count: int, by_tenant: bool) -> None:
         before: Residency | None = getattr(self, "residency", None)
@@ -220,6 +254,10 @@ class MilvusCollection:
             self._pool.shutdown(wait=False)
         with contextlib.suppress(Exception):
             self._client.close()
+        if self._texts is not None:
+            if erase:
+                self._texts.erase()
+            self._texts.close()
         if lite.is_lite(self.uri):
             lite.release(self.uri)
             if erase:

@@ -32,6 +32,8 @@ class PreviousCollection(MilvusChunkStore):
         self._held_outside = owner._held_outside
         self._pool = None
         self._pool_lock = threading.Lock()
+        self._columns = owner._columns
+        self._texts = owner._texts  # the same Milvus Lite file's
         self._rows_seen = False
         self.base_collection = self.collection = collection
         self._open_collection()
@@ -67,6 +69,7 @@ class PreviousCollection(MilvusChunkStore):
         self.schema_version, self.identity, count, by_tenant = schema.ensure_collection(
             self._client, self.collection, self.uri, self.model
         )
+        self.text_beside = schema.keeps_text_beside(self._client, self.collection)
         self._open_shards(count, by_tenant)
 
     def close(self, erase: bool = False) -> None:
@@ -82,6 +85,8 @@ class PreviousCollection(MilvusChunkStore):
         for name in reversed(self.shards.names):
             if self._client.has_collection(name):
                 self._client.drop_collection(name)
+        if self._texts is not None:
+            self._texts.drop(self.store_id)
         log.info("collection_dropped", collection=self.collection, uri=self.uri)
 
     def forget_turns(self, conversation_id: str, turn_ids: Sequence[int]) -> None:
@@ -105,8 +110,11 @@ def drop_abandoned(owner: MilvusChunkStore, keep: Sequence[str]) -> list[str]:
             continue
         model = schema.recorded_model(owner._client, name)
         if model is not None and model.model:  # memsvc's marker: a collection of ours
+            store_id = schema.collection_id(owner._client, name, owner.uri, timeout=60)
             for shard in reversed(schema.shard_names(owner._client, name)):
                 owner._client.drop_collection(shard)
+            if owner._texts is not None:
+                owner._texts.drop(store_id)
             log.warning("collection_abandoned_dropped", collection=name, uri=owner.uri)
             dropped.append(name)
     return dropped

@@ -10,18 +10,24 @@ from memsvc.domain import bm25
 from memsvc.domain.records import Candidate, StoredChunk
 from memsvc.domain.text import epoch_ms
 from memsvc.domain.types import ChunkMetadata, ChunkRecord, TimestampRange, TurnRange
-from memsvc.storage.milvus import turn_lines
+from memsvc.storage.milvus import texts, turn_lines
 
 
 def to_row(
-    chunk: StoredChunk, with_current: bool, with_turn_lines: bool, with_sparse: bool
+    chunk: StoredChunk,
+    with_current: bool,
+    with_turn_lines: bool,
+    with_sparse: bool,
+    text_beside: bool = False,
 ) -> dict[str, Any]:
+    """`text_beside`: the row's text is a reference to the text, kept beside the store
+    (memsvc.storage.milvus.texts)."""
     r, m = chunk.record, chunk.record.metadata
     assert chunk.vector is not None
     row = {
         "chunk_id": r.chunk_id,
         "conversation_id": m.conversation_id,
-        "text": r.text,
+        "text": texts.reference(r.text) if text_beside else r.text,
         "content_hash": chunk.content_hash,
         "start_turn": m.turn_range.start,
         "end_turn": m.turn_range.end,

@@ -100,12 +100,15 @@ def ensure_collection(
     model: ModelIdentity,
     shards: int = 1,
     by_tenant: bool = False,
+    text_beside: bool = False,
 ) -> tuple[int, str, int, bool]:
     """Opens the collection, or creates it (in `shards` collections placing conversations
     by their id or, `by_tenant`, by their tenant: memsvc.storage.milvus.shards); returns
     its schema version, its identity (an id made when the collection was created: the log
     recognises the same collection at another address), its count of shards and whether
-    they are by tenant, as recorded at its creation. A collection of one shard is loaded here;
+    they are by tenant, as recorded at its creation. `text_beside`: a collection made here
+    keeps its rows' texts in a file beside Milvus Lite's (memsvc.storage.milvus.texts);
+    `keeps_text_beside` says what an opened one does. A collection of one shard is loaded here;
     shards load when used. A collection written by another model (another
     dimension, or a fingerprint that disagrees) is FailedPrecondition with the remedy;
     the same vectors under another name (the local model moved to a server) are not."""
@@ -174,6 +177,8 @@ def ensure_collection(
         marker["shards"] = shards
     if by_tenant:
         marker["shard_by"] = "tenant"
+    if text_beside and SCHEMA_VERSION >= TENANT_KEYWORDS_SINCE:  # Milvus's BM25 reads it
+        marker["text_beside"] = True
     try:
         # the shards first: a crash between leaves no marker naming shards that are not
         _ensure_shards(client, collection, shards, marker, model.dim)
@@ -182,7 +187,7 @@ def ensure_collection(
         if not client.has_collection(collection):
             raise
         # another process sharing the store created it meanwhile: open theirs
-        return ensure_collection(client, collection, uri, model, shards, by_tenant)
+        return ensure_collection(client, collection, uri, model, shards, by_tenant, text_beside)
     log.info(
         "collection_created",
         collection=collection,
@@ -214,6 +219,21 @@ def shard_names(client: Any, collection: str) -> list[str]:
         return []
     count = int(_marker(client.describe_collection(collection)).get("shards", 1))
     return [shard_name(collection, i) for i in range(count)]
+
+
+def keeps_text_beside(client: Any, collection: str) -> bool:
+    """Whether the collection's rows hold a reference to their text, kept beside."""
+    return bool(_marker(client.describe_collection(collection)).get("text_beside"))
+
+
+def store_ids(client: Any, uri: str) -> list[str]:
+    """The ids of the collections (shards aside) on the connection."""
+    out = []
+    for name in client.list_collections():
+        found = _marker(client.describe_collection(name))
+        if "shard_of" not in found:
+            out.append(_id_from_marker(found, uri, name))
+    return out
 
 
 def is_shard(client: Any, collection: str) -> bool:

@@ -23,7 +23,7 @@ from memsvc.domain.bm25 import KeywordQuery
 from memsvc.domain.records import Candidate, StoredChunk
 from memsvc.ports import SearchScope, Span
 from memsvc.storage.milvus import expressions as ex
-from memsvc.storage.milvus import row_codec
+from memsvc.storage.milvus import row_codec, texts
 from memsvc.storage.milvus.collection import MilvusCollection, store_call
 from memsvc.storage.milvus.shards import asked_again, first_ask, merged
 
@@ -91,8 +91,8 @@ class MilvusChunkStore(MilvusCollection):
                         output_fields=fields,
                         search_params={"metric_type": "IP"},
                     )
-                    for hit in result[0]:
-                        chunk = row_codec.from_row(hit["entity"])
+                    read = self._readable([row_codec.from_row(hit["entity"]) for hit in result[0]])
+                    for chunk in read:
                         out[chunk.record.chunk_id] = chunk
                     part = [cid for cid in part if cid not in out]
                     if not part:
@@ -129,8 +129,29 @@ class MilvusChunkStore(MilvusCollection):
         for name in names:
             with self.residency.using([name]):
                 for rows in self._pages(name, expr, fields):
-                    out.extend(row_codec.from_row(row) for row in rows)
+                    out.extend(self._readable([row_codec.from_row(row) for row in rows]))
         return out
+
+    def _readable(self, chunks: list[StoredChunk]) -> list[StoredChunk]:
+        """The chunks with their texts, where the rows hold references to them; a row
+        whose text is not the one it references (a write cut short) is left out, as if
+        not yet written."""
+        if not self.text_beside or self._texts is None or not chunks:
+            return chunks
+        found = self._texts.get(self.store_id, [c.record.chunk_id for c in chunks])
+        out = []
+        for c in chunks:
+            text = found.get(c.record.chunk_id)
+            if text is not None and texts.reference(text) == c.record.text:
+                out.append(replace(c, record=replace(c.record, text=text)))
+        return out
+
+    def _with_texts(self, found: list[Candidate]) -> list[Candidate]:
+        """Candidates whose records were read, with their texts (one left without is read
+        again, by `get`, if it is among the hits)."""
+        read = self._readable([c.stored for c in found if c.stored is not None])
+        by_id = {c.record.chunk_id: c for c in read}
+        return [Candidate(c.chunk_id, c.score, by_id.get(c.chunk_id)) for c in found]
 
     def _pages(self, name: str, expr: str, fields: list[str]) -> Iterator[list[dict[str, Any]]]:
         """The rows of one shard matching `expr`, page by page in primary-key order: stable,
@@ -210,7 +231,8 @@ class MilvusChunkStore(MilvusCollection):
                     output_fields=fields,
                     search_params={"metric_type": metric},
                 )
-            return row_codec.candidates(result[0], whole)
+            found = row_codec.candidates(result[0], whole)
+            return self._with_texts(found) if whole and self.text_beside else found
 
         names = self.shards.for_scope(scope)
         if len(names) == 1:
@@ -262,10 +284,14 @@ class MilvusChunkStore(MilvusCollection):
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         """Insert or replace whole rows by chunk_id; a call per shard of the batch (per
         UPSERT_ROWS of it)."""
+        beside = self.text_beside and self._texts is not None
+        if beside and self._texts is not None and chunks:
+            # the text before the row that references it: a row is never without its text
+            self._texts.put(self.store_id, ((c.record.chunk_id, c.record.text) for c in chunks))
         by_shard: dict[str, list[dict[str, Any]]] = {}
         for c in chunks:
             row = row_codec.to_row(
-                c, self.marks_current, self.keeps_turn_lines, self.weighs_keywords
+                c, self.marks_current, self.keeps_turn_lines, self.weighs_keywords, beside
             )
             by_shard.setdefault(self.shards.of(c.record.metadata.conversation_id), []).append(row)
         for name, rows in by_shard.items():
@@ -278,6 +304,10 @@ class MilvusChunkStore(MilvusCollection):
     @store_call
     def delete(self, chunk_ids: Sequence[str], conversations: Collection[str] = ()) -> None:
         names = self.shards.holding(conversations)
+        if self._texts is not None and chunk_ids:
+            # the texts first: a delete cut short leaves rows that read as absent, never a
+            # deleted chunk's text
+            self._texts.delete(self.store_id, chunk_ids)
         with self.residency.using(names):
             for start in range(0, len(chunk_ids), 1000):
                 part = list(chunk_ids[start : start + 1000])
