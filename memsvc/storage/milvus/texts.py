@@ -44,9 +44,9 @@ class ChunkTexts:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.existed = path.exists() and path.stat().st_size > 0
-        # NORMAL: a text lost with the machine is a row that reads as absent, rewritten
-        # from the log, as a row Milvus Lite lost would be
-        self._db = SqliteDatabase(path, synchronous="NORMAL")
+        # FULL: a row whose text was lost (a power cut) would read as absent with nothing
+        # left to write it again; a row lost with its text is rewritten (the store audit)
+        self._db = SqliteDatabase(path, synchronous="FULL")
         with self._db.transaction() as sql:
             sql.run(_SCHEMA)
 
