@@ -8,6 +8,7 @@ import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from structlog.testing import capture_logs
 
 from memsvc.domain.hashing import content_hash
@@ -28,7 +29,7 @@ def rewritten(chunk: StoredChunk, text: str) -> StoredChunk:
 def texts_held(db: Path) -> list[tuple[str, str, str]]:
     conn = sqlite3.connect(texts.path_beside(str(db)))
     try:
-        return sorted(conn.execute("SELECT store, chunk_id, text FROM chunk_texts").fetchall())
+        return sorted(conn.execute("SELECT store, chunk_id, text FROM row_texts").fetchall())
     finally:
         conn.close()
 
@@ -101,18 +102,29 @@ def test_a_write_cut_short_reads_as_absent_until_it_is_finished(tmp_path: Path) 
     store.close()
 
 
-def test_a_lost_file_of_texts_makes_the_store_again_to_be_rebuilt(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loss", ["removed", "another file in its place"])
+def test_a_lost_file_of_texts_makes_the_store_again_to_be_rebuilt(
+    tmp_path: Path, loss: str
+) -> None:
     store = ChunkStore(str(tmp_path / "m.db"), "c", ident("m"), shards=2)
     store.upsert([record(f"c{i}", 0, f"text {i}") for i in range(4)])
     before = store.identity
     store.close()
-    texts.path_beside(str(tmp_path / "m.db")).unlink()
+    beside = texts.path_beside(str(tmp_path / "m.db"))
+    for part in beside.parent.glob(beside.name + "*"):
+        part.unlink()
+    if loss != "removed":
+        texts.ChunkTexts(beside).close()
     with capture_logs() as logs:
         again = ChunkStore(str(tmp_path / "m.db"), "c", ident("m"), shards=2)
     assert any(e["event"] == "store_texts_lost" for e in logs)
     assert again.identity != before  # the log sees another store: every conversation rebuilt
     assert again.count(deleted=None) == 0
+    again.upsert([record("c9", 0, "written again")])
     again.close()
+    reopened = ChunkStore(str(tmp_path / "m.db"), "c", ident("m"), shards=2)
+    assert reopened.identity == again.identity  # its texts are there: kept
+    reopened.close()
 
 
 def test_texts_of_dropped_collections_are_dropped(tmp_path: Path) -> None:

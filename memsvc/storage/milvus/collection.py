@@ -158,9 +158,10 @@ class MilvusCollection:
         if self._texts is None and lite.is_lite(self.uri):
             self._texts = ChunkTexts(texts.path_beside(self.uri))
             self._texts.drop_all_but(schema.store_ids(self._client, self.uri))
-            if self.text_beside and not self._texts.existed and self._holds_rows():
-                # rows whose texts are gone: made again, the event log rebuilds it (a new
-                # store id: memsvc.services.bootstrap.follow_store_identity)
+            if self.text_beside and not self._texts.holds(self.store_id) and self._holds_rows():
+                # rows whose texts are gone (the file lost, or another file in its place):
+                # made again, and the event log rebuilds it (a new store id:
+                # memsvc.services.bootstrap.follow_store_identity)
                 log.error(
                     "store_texts_lost",
                     collection=self.collection,

@@ -10,8 +10,9 @@ again leaves no earlier text behind, and a delete removes it here first.
 
 A row whose reference is not the hash of the text kept for it (the text written, the row
 not yet: a write cut short) reads as absent until the write is finished (the index step's
-durable work); a store without this file (lost, removed) is emptied and rebuilt from the
-event log (memsvc.storage.milvus.collection). A Milvus server keeps the text in its rows:
+durable work); a store whose rows hold references while this file holds none of its texts
+(the file lost, or another in its place) is made again and rebuilt from the event log
+(memsvc.storage.milvus.collection). A Milvus server keeps the text in its rows:
 replicas share the server, not this file."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from memsvc.storage.sqlite.database import SqliteDatabase
 
 REFERENCE_CHARS = 15
 _SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS chunk_texts (store TEXT NOT NULL, chunk_id TEXT NOT NULL,"
+    "CREATE TABLE IF NOT EXISTS row_texts (store TEXT NOT NULL, chunk_id TEXT NOT NULL,"
     " text TEXT NOT NULL, PRIMARY KEY (store, chunk_id)) WITHOUT ROWID"
 )
 _IN_ONE_QUERY = 500
@@ -43,7 +44,6 @@ class ChunkTexts:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.existed = path.exists() and path.stat().st_size > 0
         # FULL: a row whose text was lost (a power cut) would read as absent with nothing
         # left to write it again; a row lost with its text is rewritten (the store audit)
         self._db = SqliteDatabase(path, synchronous="FULL")
@@ -54,7 +54,7 @@ class ChunkTexts:
         """(chunk id, text) pairs, each replacing the chunk's text before."""
         with self._db.transaction() as sql:
             sql.many(
-                "INSERT INTO chunk_texts (store, chunk_id, text) VALUES (?, ?, ?)"
+                "INSERT INTO row_texts (store, chunk_id, text) VALUES (?, ?, ?)"
                 " ON CONFLICT (store, chunk_id) DO UPDATE SET text = excluded.text",
                 ((store, cid, text) for cid, text in texts),
             )
@@ -68,7 +68,7 @@ class ChunkTexts:
                 marks = ",".join("?" * len(part))
                 out.update(
                     sql.rows(
-                        f"SELECT chunk_id, text FROM chunk_texts WHERE store = ?"
+                        f"SELECT chunk_id, text FROM row_texts WHERE store = ?"
                         f" AND chunk_id IN ({marks})",
                         (store, *part),
                     )
@@ -78,14 +78,14 @@ class ChunkTexts:
     def delete(self, store: str, chunk_ids: Sequence[str]) -> None:
         with self._db.transaction() as sql:
             sql.many(
-                "DELETE FROM chunk_texts WHERE store = ? AND chunk_id = ?",
+                "DELETE FROM row_texts WHERE store = ? AND chunk_id = ?",
                 ((store, cid) for cid in chunk_ids),
             )
 
     def drop(self, store: str) -> None:
         """Every text of a store (its collection dropped)."""
         with self._db.transaction() as sql:
-            sql.run("DELETE FROM chunk_texts WHERE store = ?", (store,))
+            sql.run("DELETE FROM row_texts WHERE store = ?", (store,))
 
     def drop_all_but(self, stores: Iterable[str]) -> int:
         """Texts of stores no collection on the file has any more (dropped while this
@@ -93,7 +93,12 @@ class ChunkTexts:
         keep = list(stores)
         marks = ",".join("?" * len(keep))
         with self._db.transaction() as sql:
-            return sql.run(f"DELETE FROM chunk_texts WHERE store NOT IN ({marks or 'NULL'})", keep)
+            return sql.run(f"DELETE FROM row_texts WHERE store NOT IN ({marks or 'NULL'})", keep)
+
+    def holds(self, store: str) -> bool:
+        with self._db.snapshot() as sql:
+            found = sql.one("SELECT 1 FROM row_texts WHERE store = ? LIMIT 1", (store,))
+        return found is not None
 
     def erase(self) -> None:
         """Rewrite the file without the pages deleted texts held."""
