@@ -1,6 +1,7 @@
 """Chunk texts kept beside a Milvus Lite file (memsvc.storage.milvus.texts): the rows hold
 references, reads return the texts, a chunk keeps one text, deletes and drops leave none,
-a write cut short reads as absent, and a lost file makes the store rebuild from the log."""
+a write cut short reads as absent, and a lost file makes the store rebuild from the log (a
+Milvus server keeps texts in its rows: tests/test_store.py, test_remote_milvus_uri)."""
 
 from __future__ import annotations
 
@@ -146,23 +147,3 @@ def test_texts_of_dropped_collections_are_dropped(tmp_path: Path) -> None:
     new.close()
     ChunkStore(db, "other", ident("m")).close()
     assert texts_held(tmp_path / "m.db") == []
-
-
-def test_a_milvus_server_keeps_the_text_in_its_rows(tmp_path: Path) -> None:
-    from milvus_lite.server import Server
-
-    from tests.test_store import _free_port
-
-    port = _free_port()
-    server = Server(str(tmp_path / "remote.db"), f"127.0.0.1:{port}")
-    assert server.init()
-    assert server.start()
-    try:
-        store = ChunkStore(f"http://127.0.0.1:{port}", "c", ident("m"))
-        store.upsert([record("c1", 0, "hello remote")])
-        assert not store.text_beside
-        rows = store._client.query("c", filter="", output_fields=["text"], limit=1)
-        assert rows[0]["text"] == "hello remote"
-        store.close()
-    finally:
-        server.stop()

@@ -322,6 +322,10 @@ def test_remote_milvus_uri(tmp_path: Path) -> None:
         store = ChunkStore(f"http://127.0.0.1:{port}", "c", ident("m"))
         store.upsert([record("c1", 0, "hello remote")])
         assert store.count() == 1
+        # a server keeps the text in its rows: replicas share it, not a file beside
+        assert not store.text_beside
+        rows = store._client.query("c", filter="", output_fields=["text"], limit=1)
+        assert rows[0]["text"] == "hello remote"
         assert keyword(store, "remote", SearchScope(), 5)[0][0] == chunk_id("c1", 0, 1, 1)
         store.close()
     finally:

@@ -26,6 +26,7 @@ from memsvc.storage.milvus import expressions as ex
 from memsvc.storage.milvus import row_codec, texts
 from memsvc.storage.milvus.collection import MilvusCollection, store_call
 from memsvc.storage.milvus.shards import asked_again, first_ask, merged
+from memsvc.storage.milvus.texts import ChunkTexts
 
 log = structlog.get_logger(__name__)
 
@@ -136,15 +137,20 @@ class MilvusChunkStore(MilvusCollection):
         """The chunks with their texts, where the rows hold references to them; a row
         whose text is not the one it references (a write cut short) is left out, as if
         not yet written."""
-        if not self.text_beside or self._texts is None or not chunks:
+        beside = self._texts_beside()
+        if beside is None or not chunks:
             return chunks
-        found = self._texts.get(self.store_id, [c.record.chunk_id for c in chunks])
+        found = beside.get(self.store_id, [c.record.chunk_id for c in chunks])
         out = []
         for c in chunks:
             text = found.get(c.record.chunk_id)
             if text is not None and texts.reference(text) == c.record.text:
                 out.append(replace(c, record=replace(c.record, text=text)))
         return out
+
+    def _texts_beside(self) -> ChunkTexts | None:
+        """Where this collection's texts are, when its rows hold references to them."""
+        return self._texts if self.text_beside else None
 
     def _with_texts(self, found: list[Candidate]) -> list[Candidate]:
         """Candidates whose records were read, with their texts (one left without is read
@@ -284,14 +290,18 @@ class MilvusChunkStore(MilvusCollection):
     def upsert(self, chunks: Sequence[StoredChunk]) -> None:
         """Insert or replace whole rows by chunk_id; a call per shard of the batch (per
         UPSERT_ROWS of it)."""
-        beside = self.text_beside and self._texts is not None
-        if beside and self._texts is not None and chunks:
+        beside = self._texts_beside()
+        if beside is not None and chunks:
             # the text before the row that references it: a row is never without its text
-            self._texts.put(self.store_id, ((c.record.chunk_id, c.record.text) for c in chunks))
+            beside.put(self.store_id, ((c.record.chunk_id, c.record.text) for c in chunks))
         by_shard: dict[str, list[dict[str, Any]]] = {}
         for c in chunks:
             row = row_codec.to_row(
-                c, self.marks_current, self.keeps_turn_lines, self.weighs_keywords, beside
+                c,
+                self.marks_current,
+                self.keeps_turn_lines,
+                self.weighs_keywords,
+                beside is not None,
             )
             by_shard.setdefault(self.shards.of(c.record.metadata.conversation_id), []).append(row)
         for name, rows in by_shard.items():
@@ -304,10 +314,11 @@ class MilvusChunkStore(MilvusCollection):
     @store_call
     def delete(self, chunk_ids: Sequence[str], conversations: Collection[str] = ()) -> None:
         names = self.shards.holding(conversations)
-        if self._texts is not None and chunk_ids:
+        beside = self._texts_beside()
+        if beside is not None and chunk_ids:
             # the texts first: a delete cut short leaves rows that read as absent, never a
             # deleted chunk's text
-            self._texts.delete(self.store_id, chunk_ids)
+            beside.delete(self.store_id, chunk_ids)
         with self.residency.using(names):
             for start in range(0, len(chunk_ids), 1000):
                 part = list(chunk_ids[start : start + 1000])

@@ -91,9 +91,12 @@ class ChunkTexts:
         """Texts of stores no collection on the file has any more (dropped while this
         process was not running); returns how many."""
         keep = list(stores)
+        if not keep:  # `NOT IN (NULL)` would keep every row
+            with self._db.transaction() as sql:
+                return sql.run("DELETE FROM row_texts")
         marks = ",".join("?" * len(keep))
         with self._db.transaction() as sql:
-            return sql.run(f"DELETE FROM row_texts WHERE store NOT IN ({marks or 'NULL'})", keep)
+            return sql.run(f"DELETE FROM row_texts WHERE store NOT IN ({marks})", keep)
 
     def holds(self, store: str) -> bool:
         with self._db.snapshot() as sql:
