@@ -264,7 +264,9 @@ class Settings(BaseSettings):
         description="seconds between comparisons of the whole store with the log (also at"
         " start and on every reconnection): out-of-line conversations are rebuilt",
     )
-    index_workers: int = Field(1, ge=0, le=16, description="index worker threads (0 = off)")
+    index_workers: int = Field(
+        1, ge=0, le=16, description="index worker threads, each taking its own steps (0 = off)"
+    )
     index_batch_conversations: int = Field(8, ge=1, le=256, description="leased per cycle")
     index_max_attempts: int = Field(
         5,

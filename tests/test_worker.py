@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from memsvc.app import Services
+from memsvc.app import Services, build_services
 from memsvc.domain.types import SearchFilters, SearchRequest
 from memsvc.observability import metrics
-from tests.conftest import EN_TURNS, ZH_TURNS, conversation, turn
+from tests.conftest import EN_TURNS, ZH_TURNS, conversation, make_settings, turn
 from tests.support.faults import failing_model
 from tests.support.waiting import until_idle, worker_held
 
@@ -249,3 +249,80 @@ def test_a_step_writes_its_conversations_together_and_a_held_one_after_its_write
         assert sorted(live(services, conv)) == sorted(
             c.chunk_id for c in planned if c.metadata.conversation_id == conv
         )
+
+
+def test_index_workers_take_their_steps_side_by_side(
+    tmp_path,
+    embedder,
+    backend,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """Regression: each worker thread held one lock from its lease to the end of its step
+    (what a pause waits on), so MEMSVC_INDEX_WORKERS=2 took one step at a time. Here one
+    worker's step waits in its store write while the other indexes another conversation;
+    the pause still waits for both."""
+    settings = make_settings(tmp_path, **backend, index_workers=2, index_batch_conversations=1)
+    svc = build_services(settings, embedder=embedder)
+    try:
+        upsert = svc.store.upsert
+        writing, release = threading.Event(), threading.Event()
+
+        def held_upsert(chunks):  # type: ignore[no-untyped-def]
+            if any(c.record.metadata.conversation_id == "w1" for c in chunks):
+                writing.set()
+                release.wait(120)
+            upsert(chunks)
+
+        monkeypatch.setattr(svc.store, "upsert", held_upsert)
+        svc.ingest.append(conversation("w1", EN_TURNS))
+        svc.worker.notify()
+        assert writing.wait(60)
+        svc.ingest.append(conversation("w2", EN_TURNS))
+        svc.worker.notify()
+        other = svc.control.wait_for_indexed("w2", len(EN_TURNS) - 1, 60)
+        assert other is not None and other.last_indexed_turn == len(EN_TURNS) - 1
+        assert live(svc, "w2") and not live(svc, "w1")
+        pausing = threading.Thread(target=svc.control.set_paused, args=(True,))
+        pausing.start()
+        pausing.join(0.5)
+        assert pausing.is_alive()  # the held step is still in flight
+        release.set()
+        pausing.join(60)
+        assert not pausing.is_alive() and svc.queue.status(["w1"])[0].state == "idle"
+        assert live(svc, "w1")
+    finally:
+        release.set()
+        svc.close()
+
+
+def test_a_thread_that_syncs_lazily_commits_without_waiting_for_the_disk(
+    services: Services,
+) -> None:
+    """The index worker's commits (work done again if lost) return before an fsync; every
+    other thread's (a call's: an append, a delete) wait for the disk, and take the lazy
+    ones before them along (the log is written in order). On PostgreSQL a call's commit is
+    as the server is set (the test server's own default is asynchronous)."""
+    database = services.log.database  # type: ignore[attr-defined]
+    sqlite = database.dialect.name == "sqlite"
+    query = "PRAGMA synchronous" if sqlite else "SHOW synchronous_commit"
+
+    def setting() -> str:
+        with database.transaction() as sql:
+            return str(sql.one(query)[0])
+
+    seen: dict[str, str] = {}
+
+    def worker() -> None:
+        services.log.sync_lazily()
+        seen["worker"] = setting()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join(60)
+    seen["call"] = setting()
+    if sqlite:
+        assert seen == {"worker": "1", "call": "2"}  # NORMAL, FULL
+    else:
+        with database.transaction() as sql:
+            default = sql.one("SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit'")
+        assert seen == {"worker": "off", "call": str(default[0])}

@@ -324,4 +324,11 @@ class EventLog(Protocol):
         """Whether the log answers (a database can go away; a file does not)."""
         ...
 
+    def sync_lazily(self) -> None:
+        """From now on, this thread's commits return before they are on disk: for work
+        that is redone when its record is lost (the index worker's). A power failure can
+        lose the last of them and nothing else: the log is written in order, so the next
+        commit that waits for the disk (every call's) takes them with it."""
+        ...
+
     def close(self) -> None: ...

@@ -75,6 +75,41 @@ class Planned:
     more: bool
 
 
+class StepGate:
+    """Index steps run side by side (one per worker thread: while one waits on the store,
+    the embedder or a commit, another plans); `closed()` waits for the steps in flight
+    and lets none start until it ends (a pause, or whoever must see no step running)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._steps = 0
+        self._closers = 0
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: not self._closers)
+            self._steps += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._steps -= 1
+                self._changed.notify_all()
+
+    @contextmanager
+    def closed(self) -> Iterator[None]:
+        with self._changed:
+            self._closers += 1
+            self._changed.wait_for(lambda: not self._steps)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._closers -= 1
+                self._changed.notify_all()
+
+
 def worker_identity() -> str:
     """Names the leases of this process (host, pid, and a nonce against pid reuse)."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -104,11 +139,12 @@ class IndexWorker:
         self._stop = threading.Event()
         self._pause_read = (False, 0.0)  # (flag, monotonic time read)
         self._threads: list[threading.Thread] = []
-        # Held by a worker from lease to the end of processing: pausing waits on it, so
+        # Passed by a worker from lease to the end of processing: pausing closes it, so
         # once `hold_off(True)` returns no step is in flight.
-        self._cycle = threading.Lock()
+        self.gate = StepGate()
         # Leases a failed step could not hand back (the log was unwritable): retried first.
         self._unreleased: list[QueueItem] = []
+        self._unreleased_lock = threading.Lock()
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -143,7 +179,7 @@ class IndexWorker:
         self.notifier.notify()
         if not paused:
             return
-        with self._cycle:
+        with self.gate.closed():
             pass
         deadline = time.monotonic() + PAUSE_WAIT_S
         while self.queue.leased() and time.monotonic() < deadline:
@@ -168,11 +204,14 @@ class IndexWorker:
 
     # -- the loop -------------------------------------------------------------------------
     def _run(self) -> None:
+        # What a step records (layouts, leases, completions) is done again if a power
+        # failure loses it; the calls' commits (appends, deletes) still wait for the disk.
+        self.log.sync_lazily()
         while not self._stop.is_set():
             # read before looking for work: a notification while this step runs (an
             # append, a stop) ends the wait below at once, not after idle_poll_s
             seen = self.notifier.generation
-            with self._cycle:
+            with self.gate.step():
                 self._release_leftovers()
                 items: list[QueueItem] = []
                 # An outage (store, embedding server) or a full disk is nobody's fault:
@@ -201,16 +240,18 @@ class IndexWorker:
                         # retried (or lapse and are taken again).
                         self.health.observe(exc)
                         log.exception("index_step_failed")
-                        self._unreleased.extend(items)
+                        with self._unreleased_lock:
+                            self._unreleased.extend(items)
             self.notifier.wait(self.settings.idle_poll_s, seen)
 
     def _release_leftovers(self) -> None:
-        while self._unreleased:
-            try:
-                self.queue.release(self._unreleased[0])
-            except Exception:
-                return
-            self._unreleased.pop(0)
+        with self._unreleased_lock:
+            while self._unreleased:
+                try:
+                    self.queue.release(self._unreleased[0])
+                except Exception:
+                    return
+                self._unreleased.pop(0)
 
     def process(self, items: Sequence[QueueItem]) -> None:
         """One step over leased conversations: plan each, embed and write all their

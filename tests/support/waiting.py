@@ -25,9 +25,9 @@ def until_idle(services: Services, conversation_id: str, timeout_s: float = 60) 
 
 @contextmanager
 def worker_held(services: Services) -> Iterator[None]:
-    """The background worker takes no step while this is held (it leases under this lock),
-    so the test leases and processes by hand, as a worker would. A pause cannot serve: a
-    paused queue leases nothing, to anyone."""
-    with services.worker._cycle:
+    """The background workers take no step while this is held (they lease inside the
+    gate's steps), so the test leases and processes by hand, as a worker would. A pause
+    cannot serve: a paused queue leases nothing, to anyone."""
+    with services.worker.gate.closed():
         yield
     services.worker.notify()

@@ -114,6 +114,8 @@ class PostgresDatabase:
         # The connection of this thread's open transaction: a snapshot taken inside it
         # reads what it wrote (as SQLite's per-thread connection does).
         self._local = threading.local()
+        # threads whose commits do not wait for the WAL's flush (`sync_lazily`)
+        self._lazy = threading.local()
         self._ping: threading.Thread | None = None
         self._ping_conn: psycopg.Connection[Any] | None = None
 
@@ -177,6 +179,8 @@ class PostgresDatabase:
         with self._connection() as conn:
             try:
                 with conn.transaction():
+                    if getattr(self._lazy, "on", False):
+                        conn.execute("SET LOCAL synchronous_commit TO OFF")
                     self._local.conn = conn
                     try:
                         yield Sql(conn, POSTGRES)
@@ -184,6 +188,11 @@ class PostgresDatabase:
                         self._local.conn = None
             except psycopg.errors.DiskFull as exc:
                 raise _unavailable(exc, self.where) from exc
+
+    def sync_lazily(self) -> None:
+        """An asynchronous commit: PostgreSQL may lose the last few after a crash of its
+        server, never a part of one, and a synchronous commit flushes every one before it."""
+        self._lazy.on = True
 
     def execute_outside(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         """A statement in a connection of its own, outside any transaction (NOTIFY)."""

@@ -352,6 +352,9 @@ class SqlEventLog:
     def erase(self) -> None:
         self.database.erase()
 
+    def sync_lazily(self) -> None:
+        self.database.sync_lazily()
+
     def ping(self) -> bool:
         return self.database.ping()
 

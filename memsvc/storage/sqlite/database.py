@@ -44,6 +44,8 @@ class SqliteDatabase:
         # Private from the start (SQLite gives its -wal and -shm files the same mode).
         path.touch(mode=0o600, exist_ok=True)
         self._local = threading.local()
+        # threads whose commits do not wait for the disk (`sync_lazily`); kept past close()
+        self._lazy = threading.local()
         self._guard = threading.Lock()
         self._all: list[sqlite3.Connection] = []
 
@@ -55,7 +57,8 @@ class SqliteDatabase:
                 self.path, timeout=30.0, isolation_level=None, check_same_thread=False
             )
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            lazy = getattr(self._lazy, "on", False)
+            conn.execute(f"PRAGMA synchronous={'NORMAL' if lazy else self.synchronous}")
             conn.execute("PRAGMA foreign_keys=OFF")
             conn.execute("PRAGMA secure_delete=ON")
             self._local.conn = conn
@@ -101,6 +104,14 @@ class SqliteDatabase:
 
     def ping(self) -> bool:
         return True
+
+    def sync_lazily(self) -> None:
+        """In WAL mode NORMAL commits without an fsync, and stays consistent: a commit that
+        does fsync (FULL, another thread's) makes every commit before it durable."""
+        self._lazy.on = True
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.execute("PRAGMA synchronous=NORMAL")
 
     def erase(self) -> None:
         """Rewrite the file without free pages, and the WAL without old frames."""
