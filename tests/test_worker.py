@@ -5,11 +5,15 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
 from memsvc.app import Services, build_services
+from memsvc.domain.records import StoredChunk
 from memsvc.domain.types import SearchFilters, SearchRequest
+from memsvc.embedding.model import Embedder
 from memsvc.observability import metrics
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, make_settings, turn
 from tests.support.faults import failing_model
@@ -252,10 +256,7 @@ def test_a_step_writes_its_conversations_together_and_a_held_one_after_its_write
 
 
 def test_index_workers_take_their_steps_side_by_side(
-    tmp_path,
-    embedder,
-    backend,
-    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+    tmp_path: Path, embedder: Embedder, backend: dict[str, object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Regression: each worker thread held one lock from its lease to the end of its step
     (what a pause waits on), so MEMSVC_INDEX_WORKERS=2 took one step at a time. Here one
@@ -267,7 +268,7 @@ def test_index_workers_take_their_steps_side_by_side(
         upsert = svc.store.upsert
         writing, release = threading.Event(), threading.Event()
 
-        def held_upsert(chunks):  # type: ignore[no-untyped-def]
+        def held_upsert(chunks: Sequence[StoredChunk]) -> None:
             if any(c.record.metadata.conversation_id == "w1" for c in chunks):
                 writing.set()
                 release.wait(120)

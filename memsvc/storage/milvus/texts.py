@@ -91,12 +91,10 @@ class ChunkTexts:
         """Texts of stores no collection on the file has any more (dropped while this
         process was not running); returns how many."""
         keep = list(stores)
-        if not keep:  # `NOT IN (NULL)` would keep every row
-            with self._db.transaction() as sql:
-                return sql.run("DELETE FROM row_texts")
-        marks = ",".join("?" * len(keep))
+        # no store left: every row (`NOT IN (NULL)` would keep every one)
+        where = f" WHERE store NOT IN ({','.join('?' * len(keep))})" if keep else ""
         with self._db.transaction() as sql:
-            return sql.run(f"DELETE FROM row_texts WHERE store NOT IN ({marks})", keep)
+            return sql.run(f"DELETE FROM row_texts{where}", keep)
 
     def holds(self, store: str) -> bool:
         with self._db.snapshot() as sql:
