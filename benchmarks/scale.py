@@ -393,6 +393,15 @@ def main() -> None:
     parser.add_argument(
         "--memory-mib", type=int, default=0, help="MEMSVC_STORE_MEMORY_MIB (0: no budget)"
     )
+    parser.add_argument(
+        "--render-processes",
+        type=int,
+        default=1,
+        help="MEMSVC_INDEX_RENDER_PROCESSES (0: chunks rendered in the server)",
+    )
+    parser.add_argument(
+        "--index-workers", type=int, default=3, help="MEMSVC_INDEX_WORKERS of the node"
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument(
         "--backfill",
@@ -431,6 +440,9 @@ def main() -> None:
         "MEMSVC_OVERSIZE": "truncate",  # BEAM holds a 349,000-character turn
         "MEMSVC_STORE_SHARDS": str(args.shards),
         "MEMSVC_STORE_MEMORY_MIB": str(args.memory_mib),
+        # the load's CPU is memsvc's one Python process: rendering goes to a second core
+        "MEMSVC_INDEX_RENDER_PROCESSES": str(args.render_processes),
+        "MEMSVC_INDEX_WORKERS": str(args.index_workers),
     }
     args.data_paths = [root / "data"]
     stop_backend: Callable[[], None] = lambda: None  # noqa: E731
@@ -486,6 +498,8 @@ def main() -> None:
                             "backend": args.backend,
                             "shards": args.shards,
                             "memory_mib": args.memory_mib,
+                            "render_processes": args.render_processes,
+                            "index_workers": args.index_workers,
                             "rows": rows,
                         },
                         indent=2,

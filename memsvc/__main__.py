@@ -2,4 +2,5 @@
 
 from memsvc.transports.cli.main import main
 
-main()
+if __name__ == "__main__":  # not when a render process starts (spawn)
+    main()

@@ -15,9 +15,7 @@ from memsvc.config import Settings, package_version
 from memsvc.domain.chunking import ChunkPolicy
 from memsvc.domain.errors import StoreUnavailable
 from memsvc.domain.oversize import Oversize
-from memsvc.domain.prefix import KeywordExtractor
 from memsvc.domain.records import ServerDescription
-from memsvc.domain.rendering import ChunkRenderer
 from memsvc.domain.types import SearchMode
 from memsvc.embedding.batching import QueryBatcher
 from memsvc.embedding.providers import load_embedder, load_previous_embedder
@@ -36,6 +34,7 @@ from memsvc.services.model_move import ModelMove, move_notice, previous_collecti
 from memsvc.services.moving_search import MovingSearch
 from memsvc.services.projection import Projector
 from memsvc.services.recent_records import RecentRecords
+from memsvc.services.render_processes import layouts_for
 from memsvc.services.search import Fusion, SearchService, SearchTuning
 from memsvc.storage import datadir, sqlite
 from memsvc.storage.milvus import lite
@@ -119,6 +118,7 @@ class Services:
         """Worker first (it finishes or hands back its step), the store, then the log.
         After a purge the files are rewritten without the purged text (erasure)."""
         self.worker.stop()
+        self.projector.layouts.close()
         if self.model_move is not None:
             self.model_move.stop()
         self.search.close()
@@ -306,8 +306,8 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
             record_served(events, store.collection, embedder.identity)
         drop_abandoned(store, [store.collection, moving_from[0] if moving_from else ""])
     health = Health(events, None if settings.database_url else settings.data_dir)
-    renderer = ChunkRenderer(KeywordExtractor(), embedder.count_tokens, policy)
-    projector = Projector(events, store, embedder, cache, renderer, locks)
+    layouts = layouts_for(embedder, policy, settings.index_render_processes)
+    projector = Projector(events, store, embedder, cache, layouts, locks)
     ingest = IngestService(
         events,
         store,

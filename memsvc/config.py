@@ -267,6 +267,14 @@ class Settings(BaseSettings):
     index_workers: int = Field(
         1, ge=0, le=16, description="index worker threads, each taking its own steps (0 = off)"
     )
+    index_render_processes: int = Field(
+        0,
+        ge=0,
+        le=8,
+        description="processes beside the server that plan and render chunks for the index"
+        " workers (0 = in the server): with a model served elsewhere, 1 process and 3 index"
+        " workers load ~1.2x faster on 2 cores",
+    )
     index_batch_conversations: int = Field(8, ge=1, le=256, description="leased per cycle")
     index_max_attempts: int = Field(
         5,

@@ -5,7 +5,8 @@ and it depends on nothing of memsvc.
   bytes);
 - input: `text` (cleaning, RFC 3339), `validation`, `oversize`;
 - chunks: `chunking` (planning windows), `replanning` (where a plan can start again
-  after a change), `rendering` (windows into records), `prefix`
+  after a change), `rendering` (windows into records), `layout` (both, for an index
+  step, in the server or a render process), `prefix`
   (context prefixes, intent tags), `keyphrases` (an English window's topic), `standing`
   (standing instructions), `quick_match` (the rule tables' searches, a substring test
   first), `vectors` (what a chunk's vector is made of);

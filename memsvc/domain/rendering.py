@@ -28,7 +28,7 @@ class ChunkRenderer:
         self, keywords: KeywordExtractor, count_tokens: TokenCounter, policy: ChunkPolicy
     ) -> None:
         self._keywords = keywords
-        self._count_tokens = count_tokens
+        self.count_tokens = count_tokens  # the serving model's (the layout's budgets)
         self.policy = policy
 
     def render(self, conversation_id: str, window: ChunkWindow, version: int) -> ChunkRecord:
@@ -37,7 +37,7 @@ class ChunkRenderer:
         chinese = is_chinese_window(texts)
         labels = ROLE_LABELS_ZH if chinese else ROLE_LABELS_EN  # the prefix's: the window's
         shown = label_names(
-            [t.speaker_name for t in turns if t.speaker_name], self.policy, self._count_tokens
+            [t.speaker_name for t in turns if t.speaker_name], self.policy, self.count_tokens
         )
         lines = []
         for turn, text in zip(turns, texts, strict=True):
@@ -62,7 +62,7 @@ class ChunkRenderer:
         while True:
             prefix = render_prefix(PrefixInput(dates, named, topic, chinese))
             text = f"{prefix}\n{body}"
-            if self._count_tokens([text])[0] + 2 <= self.policy.max_tokens:
+            if self.count_tokens([text])[0] + 2 <= self.policy.max_tokens:
                 break
             if topic:
                 topic = topic[:-1]

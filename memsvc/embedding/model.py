@@ -6,6 +6,7 @@ serialised by a lock: on CPU, torch already uses every core inside one call.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +50,13 @@ def files_key(model_dir: Path, name: str) -> str:
 
         installed_as = f"{BUNDLED_PACKAGE}=={version(BUNDLED_PACKAGE)}"
     return model_files_key(model_dir, name, installed_as)
+
+
+def _count_tokens(tokenizer: Any, texts: Sequence[str]) -> list[int]:
+    if not texts:
+        return []
+    ids = tokenizer(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
+    return [len(x) for x in ids]
 
 
 class Embedder:
@@ -122,10 +130,10 @@ class Embedder:
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Model tokens of each text, special tokens excluded, no truncation."""
-        if not texts:
-            return []
-        ids = self._tokenizer(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
-        return [len(x) for x in ids]
+        return _count_tokens(self._tokenizer, texts)
+
+    def token_counts(self) -> Callable[[Sequence[str]], list[int]]:
+        return functools.partial(_count_tokens, self._tokenizer)  # tokenizers pickle
 
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
         """Passages, length-sorted into batches of at most `batch_size` texts and

@@ -22,7 +22,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -194,6 +194,9 @@ class RemoteEmbedder:
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return self._tokens.count(texts)
+
+    def token_counts(self) -> Callable[[Sequence[str]], list[int]]:
+        return self._tokens.count  # the counter pickles with its tokenizer
 
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
         started = time.perf_counter()

@@ -11,7 +11,13 @@ that object never open a transaction of their own. The index queue's own operati
 (lease, complete, ...) each run in one transaction inside the queue.
 """
 
-from memsvc.ports.embedding import Embedder, EmbeddingCache, PartPooling, QueryEncoder
+from memsvc.ports.embedding import (
+    Embedder,
+    EmbeddingCache,
+    PartPooling,
+    PortableTokenCounts,
+    QueryEncoder,
+)
 from memsvc.ports.log import EventLog, LogReader, LogWriter, Span
 from memsvc.ports.store import ChunkStore, SearchScope, StoreSupervisor
 from memsvc.ports.work import IndexQueue, Notifier, WriterLocks
@@ -26,6 +32,7 @@ __all__ = [
     "LogWriter",
     "Notifier",
     "PartPooling",
+    "PortableTokenCounts",
     "QueryEncoder",
     "SearchScope",
     "Span",

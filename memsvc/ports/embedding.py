@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -62,6 +62,15 @@ class PartPooling(Protocol):
         """Each text's vector and its parts' vectors (part i from character starts[i] to
         the next start); None for a text whose parts cannot be pooled."""
         ...
+
+
+@runtime_checkable
+class PortableTokenCounts(Protocol):
+    """An embedder whose token counter another process can take (it pickles), counting
+    as its `count_tokens` does: render processes (memsvc.services.render_processes) lay
+    out chunks with it."""
+
+    def token_counts(self) -> Callable[[Sequence[str]], list[int]]: ...
 
 
 class QueryEncoder(Protocol):

@@ -4,8 +4,8 @@
   duplicates or refused; the ids the server gives), `keyed_writes` (a retried write
   answered once), `deletion` (delete, retire, purge);
 - the projection of the log into the store: `projection` (plan, reconcile), `plan_input`
-  (what a replan reads),
-  `projection_write` (embed and write), `vectors` (through the embedding cache),
+  (what a replan reads), `render_processes` (where it lays out: here or in processes
+  beside), `projection_write` (embed and write), `vectors` (through the embedding cache),
   `indexing` (the worker's lease loop), `bootstrap` (start-up steps), `audit` (the store
   checked against the log), `fleet` (one projection per fleet), `model_move` (the store
   rebuilt for a new model, the collection before dropped at the end);

@@ -38,10 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 import structlog
 
-from memsvc.domain.chunking import ChunkWindow, plan_windows
 from memsvc.domain.hashing import content_hash, text_hash
+from memsvc.domain.layout import PlannedWindow
 from memsvc.domain.records import Conversation, LayoutRow, StoredChunk
-from memsvc.domain.rendering import ChunkRenderer
 from memsvc.domain.standing import INSTRUCTION_TAG
 from memsvc.domain.types import (
     ChunkRecord,
@@ -50,6 +49,7 @@ from memsvc.observability import metrics
 from memsvc.ports import ChunkStore, Embedder, EmbeddingCache, EventLog, LogWriter, WriterLocks
 from memsvc.services.plan_input import PlanInput, read_plan_input, whole_plan_input
 from memsvc.services.projection_write import RecordWrites
+from memsvc.services.render_processes import Layouts
 from memsvc.services.vectors import ChunkVectors
 
 log = structlog.get_logger(__name__)
@@ -81,17 +81,17 @@ class Projector(RecordWrites):
         store: ChunkStore,
         embedder: Embedder,
         cache: EmbeddingCache,
-        renderer: ChunkRenderer,
+        layouts: Layouts,
         locks: WriterLocks,
     ) -> None:
         self.log = log
         self.store = store
         self.embedder = embedder
         self.cache = cache
-        self.renderer = renderer
-        self.policy = renderer.policy
+        self.layouts = layouts
+        self.policy = layouts.policy
         self.locks = locks
-        self.vectors = ChunkVectors(log, embedder, cache, renderer.policy)
+        self.vectors = ChunkVectors(log, embedder, cache, layouts.policy)
 
     # -- plan -----------------------------------------------------------------------------
     def replan(self, conversation_id: str, version: int) -> Replan:
@@ -102,36 +102,32 @@ class Projector(RecordWrites):
         with self.log.snapshot() as r:
             row = r.conversation(conv)
             got = read_plan_input(r, conv, version, row)
-        # Rendering (jieba, the tokenizer) runs outside any transaction on the shared log.
-        windows = plan_windows(got.turns, self.policy, self.embedder.count_tokens)
-        if (
-            got.from_turn is not None
-            and windows
-            and not self._resumes(windows[0], got, conv, version)
-        ):
+        # Rendering (jieba, the tokenizer) runs outside any transaction on the shared log,
+        # in this process or a render process (memsvc.services.render_processes).
+        windows = self.layouts.lay_out(conv, version, got.turns, _stored(got.old))
+        if got.from_turn is not None and windows and not self._resumes(windows[0], got):
             # the layout before the change was planned otherwise (another chunk policy)
             with self.log.snapshot() as r:
                 row = r.conversation(conv)
                 got = whole_plan_input(r, conv, version, row.work_seq if row else 0)
-            windows = plan_windows(got.turns, self.policy, self.embedder.count_tokens)
+            windows = self.layouts.lay_out(conv, version, got.turns, _stored(got.old))
         seq, old, deleted_turns = got.seq, got.old, got.deleted_turns
         pending: list[ChunkRecord] = []
         fresh: list[LayoutRow] = []
         current: set[str] = set()
         for w in windows:
-            cid = w.chunk_id(conv, version)
+            cid = w.chunk_id
             current.add(cid)
-            source = w.source_hash(version, self.policy)
             previous = old.get(cid)
             same = (
                 previous is not None
                 and not previous.deleted
-                and previous.source_hash == source
+                and previous.source_hash == w.source_hash
                 and previous.content_hash != ""
             )
-            if same and previous is not None and previous.indexed:
+            if w.record is None:  # stored as it would be rendered (`_stored`)
                 continue
-            record = self.renderer.render(conv, w, version)
+            record = w.record
             pending.append(record)
             if not same:
                 fresh.append(
@@ -141,7 +137,7 @@ class Projector(RecordWrites):
                         version,
                         w.start_turn,
                         w.end_turn,
-                        source,
+                        w.source_hash,
                         text_hash(record.text),
                         content_hash=content_hash(record),
                         standing=record.metadata.intent_tag == INSTRUCTION_TAG,
@@ -167,15 +163,11 @@ class Projector(RecordWrites):
                 tx.set_planned(conv, version, seq)
         return Replan(conv, version, pending, superseded, deleted)
 
-    def _resumes(self, first: ChunkWindow, got: PlanInput, conv: str, version: int) -> bool:
+    def _resumes(self, first: PlannedWindow, got: PlanInput) -> bool:
         """Whether the first window planned again is the layout's window there, derived
         from the same turns by the same policy (memsvc.domain.replanning)."""
-        row = got.old.get(first.chunk_id(conv, version))
-        return (
-            row is not None
-            and not row.deleted
-            and row.source_hash == first.source_hash(version, self.policy)
-        )
+        row = got.old.get(first.chunk_id)
+        return row is not None and not row.deleted and row.source_hash == first.source_hash
 
     def plan(self, conversation_id: str) -> list[ChunkRecord]:
         """The chunks a conversation's store still lacks (the active version's first, then
@@ -326,6 +318,16 @@ class Projector(RecordWrites):
                 if row is not None:
                     row = _settle(tx, row)
         return row
+
+
+def _stored(old: dict[str, LayoutRow]) -> dict[str, str]:
+    """Chunk id -> source hash of the layout rows the store holds as rendered from that
+    source: windows planned again with the same source are not rendered again."""
+    return {
+        cid: row.source_hash
+        for cid, row in old.items()
+        if not row.deleted and row.content_hash != "" and row.indexed
+    }
 
 
 def _rebuild_complete(row: Conversation, first_unindexed: int | None) -> bool:

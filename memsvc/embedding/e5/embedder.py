@@ -17,7 +17,7 @@ import numpy as np
 
 from memsvc.domain.model_identity import ModelIdentity
 from memsvc.domain.records import ModelInfo
-from memsvc.embedding.e5.engine import Engine
+from memsvc.embedding.e5.engine import Engine, EngineTokenCounts
 from memsvc.embedding.e5.family import E5_MODEL_NAME, MAX_TOKENS, PASSAGE_PREFIX, QUERY_PREFIX
 from memsvc.embedding.model import Embedder
 from memsvc.embedding.tuning import Tuning
@@ -96,6 +96,9 @@ class E5Embedder:
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return self.engine.count_tokens(texts)
+
+    def token_counts(self) -> Callable[[Sequence[str]], list[int]]:
+        return EngineTokenCounts()
 
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
         if graph := self._passages:
