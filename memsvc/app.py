@@ -306,7 +306,7 @@ def _build(settings: Settings, embedder: Embedder, backend: Backend) -> Services
             record_served(events, store.collection, embedder.identity)
         drop_abandoned(store, [store.collection, moving_from[0] if moving_from else ""])
     health = Health(events, None if settings.database_url else settings.data_dir)
-    layouts = layouts_for(embedder, policy, settings.index_render_processes)
+    layouts = layouts_for(embedder, policy, settings)
     projector = Projector(events, store, embedder, cache, layouts, locks)
     ingest = IngestService(
         events,

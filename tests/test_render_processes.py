@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from memsvc.config import Settings
 from memsvc.domain.chunking import ChunkPolicy, StoredTurn
 from memsvc.domain.layout import PlannedWindow
 from memsvc.domain.prefix import KeywordExtractor
@@ -157,9 +158,10 @@ class _LocalOnly:
 
 
 def test_a_counter_that_stays_here_lays_out_here(e5: E5Embedder) -> None:
-    assert isinstance(layouts_for(e5, POLICY, 0), InProcess)
-    assert isinstance(layouts_for(_LocalOnly(), POLICY, 2), InProcess)  # type: ignore[arg-type]
-    processes = layouts_for(e5, POLICY, 1)
+    assert isinstance(layouts_for(e5, POLICY, Settings()), InProcess)
+    two = Settings(index_render_processes=2)
+    assert isinstance(layouts_for(_LocalOnly(), POLICY, two), InProcess)  # type: ignore[arg-type]
+    processes = layouts_for(e5, POLICY, Settings(index_render_processes=1))
     try:
         assert isinstance(processes, RenderProcesses)
     finally:

@@ -29,10 +29,12 @@ from typing import Protocol
 
 import structlog
 
+from memsvc.config import Settings
 from memsvc.domain.chunking import ChunkPolicy, StoredTurn
 from memsvc.domain.layout import PlannedWindow, lay_out
 from memsvc.domain.prefix import KeywordExtractor
 from memsvc.domain.rendering import ChunkRenderer
+from memsvc.observability.logs import configure_logging
 from memsvc.ports import Embedder, PortableTokenCounts
 
 log = structlog.get_logger(__name__)
@@ -76,8 +78,11 @@ class InProcess:
 TokenCounts = Callable[[Sequence[str]], list[int]]
 
 
-def layouts_for(embedder: Embedder, policy: ChunkPolicy, processes: int) -> Layouts:
-    """Render processes where asked and the model's token counter can go to them."""
+def layouts_for(embedder: Embedder, policy: ChunkPolicy, settings: Settings) -> Layouts:
+    """Render processes where asked (`index_render_processes`) and the model's token
+    counter can go to them, logging as the server does."""
+    processes = settings.index_render_processes
+    logs = (settings.log_format, settings.log_level)
     renderer = ChunkRenderer(KeywordExtractor(), embedder.count_tokens, policy)
     if processes <= 0:
         return InProcess(renderer)
@@ -86,7 +91,7 @@ def layouts_for(embedder: Embedder, policy: ChunkPolicy, processes: int) -> Layo
         counts = embedder.token_counts()
         try:
             pickle.dumps(counts)
-            return RenderProcesses(renderer, counts, processes)
+            return RenderProcesses(renderer, counts, processes, logs)
         except Exception as exc:
             reason = f"its token counter does not pickle: {exc}"[:300]
     log.warning("render_processes_unavailable", model=embedder.name, reason=reason)
@@ -97,11 +102,18 @@ class RenderProcesses:
     """`processes` render processes, started at once (the first step does not wait for
     their imports), each laying out one conversation at a time."""
 
-    def __init__(self, renderer: ChunkRenderer, counts: TokenCounts, processes: int) -> None:
+    def __init__(
+        self,
+        renderer: ChunkRenderer,
+        counts: TokenCounts,
+        processes: int,
+        logs: tuple[str, str] = ("auto", "INFO"),
+    ) -> None:
         self.local = InProcess(renderer)
         self.policy = renderer.policy
         self.processes = processes
         self._counts = counts
+        self._logs = logs
         self._lock = threading.Lock()
         self._closed = False
         self._off = False  # processes failed to start: not started again
@@ -118,7 +130,7 @@ class RenderProcesses:
                     # mid-call
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_start_render_process,
-                    initargs=(self.policy, self._counts, os.getpid()),
+                    initargs=(self.policy, self._counts, self._logs, os.getpid()),
                 )
                 self._started = [self._pool.submit(_ready) for _ in range(self.processes)]
             return self._pool
@@ -169,8 +181,11 @@ class RenderProcesses:
 _renderer: ChunkRenderer | None = None
 
 
-def _start_render_process(policy: ChunkPolicy, counts: TokenCounts, server_pid: int) -> None:
+def _start_render_process(
+    policy: ChunkPolicy, counts: TokenCounts, logs: tuple[str, str], server_pid: int
+) -> None:
     global _renderer
+    configure_logging(*logs)  # the libraries' lines (jieba's) as the server writes them
     _renderer = ChunkRenderer(KeywordExtractor(), counts, policy)
     # A server killed outright leaves its render processes waiting on their queue: each
     # ends once the server is gone.
