@@ -80,7 +80,7 @@ def test_render_processes_lay_out_what_this_process_lays_out(
     here = InProcess(renderer)
     there = RenderProcesses(renderer, counting.token_counts(), 1)
     try:
-        laid = 0
+        laid, split, chinese = 0, 0, 0
         for conv, turns in samples(count):
             for version in (1, 2):
                 expected = here.lay_out(conv, version, turns, {})
@@ -91,9 +91,10 @@ def test_render_processes_lay_out_what_this_process_lays_out(
                 assert again == here.lay_out(conv, version, turns, stored)
                 assert [w.record is None for w in again] == [w.chunk_id in stored for w in expected]
                 laid += len(expected)
-        assert laid > 100
-        split = [w for w in expected if w.record and w.record.metadata.part_count > 1]
-        assert split or any(turn.tokens > POLICY.turn_unit_tokens for turn in turns)
+                records = [w.record for w in expected if w.record]
+                split += sum(r.metadata.part_count > 1 for r in records)
+                chinese += sum(r.text.startswith("[上下文") for r in records)
+        assert laid > 100 and split and chinese  # long turns in parts, Chinese windows
     finally:
         there.close()
     assert not multiprocessing.active_children()
