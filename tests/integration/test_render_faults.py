@@ -42,6 +42,11 @@ def render_processes(server: int) -> list[int]:
     return [p for p, cmd in children(server).items() if "--multiprocessing-fork" in cmd]
 
 
+def multiprocessing_helpers(server: int) -> list[int]:
+    """Render processes and multiprocessing's resource tracker."""
+    return [p for p, cmd in children(server).items() if "multiprocessing" in cmd]
+
+
 def alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -107,12 +112,14 @@ def test_a_killed_render_process_changes_no_chunk_and_a_killed_server_leaves_non
         again = render_processes(server)
         assert again and killed[0] not in again  # a new one took over
 
+        helpers = multiprocessing_helpers(server)
+        assert set(again) < set(helpers)  # the resource tracker too
         os.kill(server, signal.SIGKILL)
         proc.wait(30)  # type: ignore[attr-defined]
         deadline = time.monotonic() + 60
-        while any(alive(p) for p in again) and time.monotonic() < deadline:
+        while any(alive(p) for p in helpers) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not [p for p in again if alive(p)], "render processes outlived the server"
+        assert not [p for p in helpers if alive(p)], "processes outlived the server"
     finally:
         channel.close()
         if proc.poll() is None:  # type: ignore[attr-defined]
