@@ -106,7 +106,8 @@ class Node:
             self.proc.wait(timeout=300)
 
     def rss_mib(self) -> tuple[float, float]:
-        """memsvc's own resident memory and its children's (Milvus Lite), MiB."""
+        """memsvc's own resident memory and its children's (Milvus Lite; render processes
+        and multiprocessing's resource tracker, ~70 MiB, where the node has them), MiB."""
         assert self.proc is not None
         own = rss_kib(self.proc.pid)
         return own / 1024, sum(rss_kib(c) for c in children(self.proc.pid)) / 1024
