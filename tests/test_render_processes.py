@@ -21,11 +21,20 @@ from memsvc.domain.rendering import ChunkRenderer
 from memsvc.embedding.e5.embedder import E5Embedder
 from memsvc.embedding.model import Embedder
 from memsvc.embedding.tokens import TokenCounter
+from memsvc.observability import metrics
 from memsvc.ports import PortableTokenCounts
 from memsvc.services.render_processes import InProcess, RenderProcesses, layouts_for
 from tests.support.conversations import generate
 
 POLICY = ChunkPolicy()
+
+
+def lost_count() -> float:
+    return metrics.REGISTRY.get_sample_value("memsvc_render_processes_lost_total") or 0.0
+
+
+def running() -> float | None:
+    return metrics.REGISTRY.get_sample_value("memsvc_render_processes")
 
 
 def turns_of(conv: str, seed: int, count: Any) -> list[StoredTurn]:
@@ -107,17 +116,20 @@ def test_a_killed_render_process_loses_no_layout() -> None:
     there = RenderProcesses(renderer, counter.count, 1)
     conv, turns = next(samples(counter.count))
     expected = here.lay_out(conv, 1, turns, {})
+    lost = lost_count()
     try:
         assert there.lay_out(conv, 1, turns, {}) == expected
         first = {p.pid for p in multiprocessing.active_children()}
-        assert len(first) == 1
+        assert len(first) == 1 and running() == 1
         for pid in first:
             os.kill(pid, signal.SIGKILL)
         # the step in flight lays out here; the next starts a new process
         assert there.lay_out(conv, 1, turns, {}) == expected
+        assert lost_count() == lost + 1
         assert there.lay_out(conv, 1, turns, {}) == expected
         now = {p.pid for p in multiprocessing.active_children()}
         assert len(now) == 1 and not now & first
+        assert running() == 1
     finally:
         there.close()
 
@@ -147,6 +159,7 @@ def test_render_processes_that_cannot_start_are_not_started_again() -> None:
         for child in multiprocessing.active_children():
             child.join(10)
         assert not multiprocessing.active_children()
+        assert running() == 0  # off: laying out here
     finally:
         there.close()
 

@@ -96,6 +96,18 @@ CHUNKS_WRITTEN = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+RENDER_PROCESSES = Gauge(
+    "memsvc_render_processes",
+    "Render processes the index steps lay out in (MEMSVC_INDEX_RENDER_PROCESSES; 0 when"
+    " laying out in the server, as after processes none of which started).",
+    registry=REGISTRY,
+)
+RENDER_PROCESSES_LOST = Counter(
+    "memsvc_render_processes_lost",
+    "Times render processes were lost (killed, out of memory): the step in flight laid out"
+    " in the server, the next started new ones.",
+    registry=REGISTRY,
+)
 EMBED_DURATION = Histogram(
     "memsvc_embed_duration_seconds",
     "Time of one model call (a batch of texts), by kind: passage | query.",

@@ -34,6 +34,7 @@ from memsvc.domain.chunking import ChunkPolicy, StoredTurn
 from memsvc.domain.layout import PlannedWindow, lay_out
 from memsvc.domain.prefix import KeywordExtractor
 from memsvc.domain.rendering import ChunkRenderer
+from memsvc.observability import metrics
 from memsvc.observability.logs import configure_logging
 from memsvc.ports import Embedder, PortableTokenCounts
 
@@ -133,6 +134,7 @@ class RenderProcesses:
                     initargs=(self.policy, self._counts, self._logs, os.getpid()),
                 )
                 self._started = [self._pool.submit(_ready) for _ in range(self.processes)]
+                metrics.RENDER_PROCESSES.set(self.processes)
             return self._pool
 
     def lay_out(
@@ -164,9 +166,11 @@ class RenderProcesses:
                 )
             off = self._off
         pool.shutdown(wait=False, cancel_futures=True)
+        metrics.RENDER_PROCESSES.set(0)
         if off:
             log.error("render_processes_off", reason="none of them started")
         else:
+            metrics.RENDER_PROCESSES_LOST.inc()
             log.warning("render_process_lost", conversation_id=conversation_id)
 
     def close(self) -> None:
@@ -175,6 +179,7 @@ class RenderProcesses:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+            metrics.RENDER_PROCESSES.set(0)
 
 
 # -- in a render process ----------------------------------------------------------------
