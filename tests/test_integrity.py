@@ -190,6 +190,28 @@ def test_3_range_delete_keeps_surviving_turns_searchable(services: Services) -> 
     assert "Biscuit" in searchable_text(services, "d3", "puppy named Biscuit")
 
 
+@pytest.mark.providers
+def test_3b_neighbours_another_writer_stored_are_not_written_again(services: Services) -> None:
+    """Regression: a delete stored its surviving neighbours' new chunks while the worker,
+    notified by it, had planned the same chunks; the worker then wrote them again. On
+    Milvus Lite 2.5.1 an upsert is a delete then an insert, and a read between them finds
+    neither: test 3 read the conversation as empty once under load. Here by hand: the
+    worker's plan, another writer's store, then the worker's write."""
+    sync(services, conversation("d3b", EN_TURNS))
+    with worker_held(services):
+        services.deletion.delete("d3b", TurnRange(2, 2), [], defer_store=True)
+        with services.locks.hold("d3b"):
+            planned = services.projector.plan("d3b")  # the worker's plan: the neighbours
+        assert len(planned) == 2
+        first = services.projector.store_records(planned, [], lacking=True)  # the call's
+        assert first.upserted == 2 and not first.errors
+        again = services.projector.store_records(planned, [], lacking=True)  # the worker's
+        assert (again.upserted, again.updated, again.unchanged) == (0, 0, 2)
+        assert not again.errors
+    texts = "\n".join(live(services, "d3b").values())
+    assert all(EN_TURNS[t] in texts for t in (0, 1, 3, 4, 5)) and EN_TURNS[2] not in texts
+
+
 # -- 4. purge keeps turn numbering ----------------------------------------------------------
 def test_4_purge_leaves_tombstones_so_numbering_continues(services: Services) -> None:
     sync(services, conversation("d4", EN_TURNS))
