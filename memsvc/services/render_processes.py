@@ -158,13 +158,15 @@ class RenderProcesses:
         return self.local.lay_out(conversation_id, version, turns, stored)
 
     def _drop(self, pool: ProcessPoolExecutor, conversation_id: str) -> None:
+        """Once per lost pool: the workers whose steps it failed all come here, and one
+        of them may already have started the next pool."""
         with self._lock:
-            if self._pool is pool:
-                self._pool = None
-                self._off = not any(
-                    f.done() and f.exception() is None and f.result() for f in self._started
-                )
-            off = self._off
+            if self._pool is not pool:
+                return
+            self._pool = None
+            self._off = off = not any(
+                f.done() and f.exception() is None and f.result() for f in self._started
+            )
         pool.shutdown(wait=False, cancel_futures=True)
         metrics.RENDER_PROCESSES.set(0)
         if off:
