@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from memsvc.domain.chunking import TokenCounter
 from memsvc.domain.model_identity import ModelIdentity
 from memsvc.domain.records import ModelInfo
 from memsvc.embedding.backends import Batch, ModelBackend, model_files_key
@@ -132,7 +133,7 @@ class Embedder:
         """Model tokens of each text, special tokens excluded, no truncation."""
         return _count_tokens(self._tokenizer, texts)
 
-    def token_counts(self) -> Callable[[Sequence[str]], list[int]]:
+    def token_counts(self) -> TokenCounter:
         return functools.partial(_count_tokens, self._tokenizer)  # tokenizers pickle
 
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray:

@@ -22,7 +22,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +31,7 @@ import httpx
 import numpy as np
 import structlog
 
-from memsvc.domain import deadline
+from memsvc.domain import chunking, deadline
 from memsvc.domain.errors import EmbedderError, EmbedderUnavailable
 from memsvc.domain.model_identity import PROBE_TEXTS, ModelIdentity
 from memsvc.domain.records import ModelInfo
@@ -195,7 +195,7 @@ class RemoteEmbedder:
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return self._tokens.count(texts)
 
-    def token_counts(self) -> Callable[[Sequence[str]], list[int]]:
+    def token_counts(self) -> chunking.TokenCounter:
         return self._tokens.count  # the counter pickles with its tokenizer
 
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from memsvc.domain.chunking import TokenCounter
 from memsvc.domain.model_identity import ModelIdentity
 from memsvc.domain.records import ModelInfo
 
@@ -70,7 +71,7 @@ class PortableTokenCounts(Protocol):
     as its `count_tokens` does: render processes (memsvc.services.render_processes) lay
     out chunks with it."""
 
-    def token_counts(self) -> Callable[[Sequence[str]], list[int]]: ...
+    def token_counts(self) -> TokenCounter: ...
 
 
 class QueryEncoder(Protocol):

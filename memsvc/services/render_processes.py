@@ -22,7 +22,7 @@ import os
 import pickle
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Protocol
@@ -30,7 +30,7 @@ from typing import Protocol
 import structlog
 
 from memsvc.config import Settings
-from memsvc.domain.chunking import ChunkPolicy, StoredTurn
+from memsvc.domain.chunking import ChunkPolicy, StoredTurn, TokenCounter
 from memsvc.domain.layout import PlannedWindow, lay_out
 from memsvc.domain.prefix import KeywordExtractor
 from memsvc.domain.rendering import ChunkRenderer
@@ -76,9 +76,6 @@ class InProcess:
         pass
 
 
-TokenCounts = Callable[[Sequence[str]], list[int]]
-
-
 def layouts_for(embedder: Embedder, policy: ChunkPolicy, settings: Settings) -> Layouts:
     """Render processes where asked (`index_render_processes`) and the model's token
     counter can go to them, logging as the server does."""
@@ -106,7 +103,7 @@ class RenderProcesses:
     def __init__(
         self,
         renderer: ChunkRenderer,
-        counts: TokenCounts,
+        counts: TokenCounter,
         processes: int,
         logs: tuple[str, str] = ("auto", "INFO"),
     ) -> None:
@@ -189,7 +186,7 @@ _renderer: ChunkRenderer | None = None
 
 
 def _start_render_process(
-    policy: ChunkPolicy, counts: TokenCounts, logs: tuple[str, str], server_pid: int
+    policy: ChunkPolicy, counts: TokenCounter, logs: tuple[str, str], server_pid: int
 ) -> None:
     global _renderer
     configure_logging(*logs)  # the libraries' lines (jieba's) as the server writes them

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from memsvc.domain.chunking import TokenCounter
 from memsvc.domain.model_identity import ModelIdentity
 from memsvc.domain.records import ModelInfo
 from memsvc.embedding.e5.engine import Engine, EngineTokenCounts
@@ -97,7 +98,7 @@ class E5Embedder:
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return self.engine.count_tokens(texts)
 
-    def token_counts(self) -> Callable[[Sequence[str]], list[int]]:
+    def token_counts(self) -> TokenCounter:
         return EngineTokenCounts()
 
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
