@@ -7,6 +7,7 @@ loads it."""
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from typing import Any
 
@@ -106,3 +107,15 @@ def test_the_record_holds_what_the_start_checks(tokenizers: tuple[Any, RecordedT
     assert record.probe_ids == [list(x) for x in again]
     assert (record.max_tokens, record.dim) == (MAX_TOKENS, 384)
     assert record.input_names == list(original.model_input_names)
+
+
+def test_the_recorded_tokenizer_pickles_and_counts_alike_where_it_is_loaded(
+    tokenizers: tuple[Any, RecordedTokenizer],
+) -> None:
+    """Render processes take the token counter by pickle; a start from the record failed
+    there ("cannot pickle '_thread.lock'") and laid out chunks without them."""
+    original, recorded = tokenizers
+    recorded(["warm a truncating backend"], truncation=True, max_length=MAX_TOKENS)
+    again = pickle.loads(pickle.dumps(recorded))
+    assert again.record == recorded.record
+    _same((original, again), TEXTS)

@@ -115,6 +115,11 @@ class RecordedTokenizer:
         self._lock = threading.Lock()
         self._backend(None)  # a record that does not load fails here, not at a first call
 
+    def __reduce__(self) -> tuple[type[RecordedTokenizer], tuple[TokenizerRecord]]:
+        """Pickles as its record (render processes take the token counter): the lock and
+        the backends are rebuilt where it is loaded."""
+        return (RecordedTokenizer, (self.record,))
+
     def __len__(self) -> int:
         return self.record.length
 
