@@ -96,12 +96,28 @@ def services(tmp_path: Path, embedder: Embedder) -> Iterator[Services]:
 
 
 # -- both event-log backends -------------------------------------------------------------------
+_CLUSTERS: list[PostgresCluster] = []  # the worker's `postgres`, once a test has used it
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresCluster]:
     """A real PostgreSQL server (one per pytest worker), started on first use."""
     cluster = PostgresCluster().start()
+    _CLUSTERS.append(cluster)
     yield cluster
+    _CLUSTERS.remove(cluster)
     cluster.destroy()
+
+
+@pytest.fixture(autouse=True)
+def _drop_the_tests_databases() -> Iterator[None]:
+    """Drops the databases a test made once it is done (its other fixtures are torn down
+    first): kept, a suite's ~300 filled a CI machine's disk. A module's shared server keeps
+    its database: wider fixtures are set up before this one, so theirs were made before."""
+    made_before = {id(c): len(c.created) for c in _CLUSTERS}
+    yield
+    for cluster in _CLUSTERS:
+        cluster.drop_databases(cluster.created[made_before.get(id(cluster), 0) :])
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
