@@ -1,7 +1,7 @@
 """Render processes (memsvc.services.render_processes): the windows and records laid out in
 another process are the ones this process lays out, with each model family's token
 counter sent over; a render process killed mid-load loses no layout; processes that
-cannot start are not started again."""
+cannot start are not started again, and a pool that cannot be made is reported as such."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from memsvc.config import Settings
 from memsvc.domain.chunking import ChunkPolicy, StoredTurn
@@ -23,6 +24,7 @@ from memsvc.embedding.model import Embedder
 from memsvc.embedding.tokens import TokenCounter
 from memsvc.observability import metrics
 from memsvc.ports import PortableTokenCounts
+from memsvc.services import render_processes
 from memsvc.services.render_processes import InProcess, RenderProcesses, layouts_for
 from tests.support.conversations import generate
 
@@ -180,3 +182,21 @@ def test_a_counter_that_stays_here_lays_out_here(e5: E5Embedder) -> None:
         assert isinstance(processes, RenderProcesses)
     finally:
         processes.close()
+
+
+def test_processes_that_cannot_be_made_lay_out_here_saying_so(
+    e5: E5Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reason names what failed: a pool that could not start was reported as a token
+    counter that does not pickle."""
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(render_processes, "ProcessPoolExecutor", no_process)
+    with capture_logs() as logs:
+        layouts = layouts_for(e5, POLICY, Settings(index_render_processes=1))
+    assert isinstance(layouts, InProcess)
+    [said] = [e for e in logs if e["event"] == "render_processes_unavailable"]
+    assert said["reason"].startswith("the processes did not start: ")
+    assert "Resource temporarily unavailable" in said["reason"]

@@ -89,9 +89,13 @@ def layouts_for(embedder: Embedder, policy: ChunkPolicy, settings: Settings) -> 
         counts = embedder.token_counts()
         try:
             pickle.dumps(counts)
-            return RenderProcesses(renderer, counts, processes, logs)
         except Exception as exc:
             reason = f"its token counter does not pickle: {exc}"[:300]
+        else:
+            try:
+                return RenderProcesses(renderer, counts, processes, logs)
+            except OSError as exc:  # e.g. no process could be made
+                reason = f"the processes did not start: {exc}"[:300]
     log.warning("render_processes_unavailable", model=embedder.name, reason=reason)
     return InProcess(renderer)
 
