@@ -17,6 +17,7 @@ from memsvc.embedding.model import Embedder
 from memsvc.observability import metrics
 from tests.conftest import EN_TURNS, ZH_TURNS, conversation, make_settings, turn
 from tests.support.faults import failing_model
+from tests.support.fleet import until
 from tests.support.waiting import until_idle, worker_held
 
 
@@ -188,9 +189,7 @@ def test_index_lag_is_observed_for_every_conversation_the_worker_settles(
         assert until_idle(services, conv).state == "idle"
     # the worker observes a lag just after its commit made the conversation idle: a read
     # right after the last idle raced it (once under load, 2 of 3)
-    deadline = time.monotonic() + 30
-    while observed() - before < len(convs) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until(lambda: observed() - before >= len(convs), 30, "lag observed", observed)
     assert observed() - before >= len(convs)
 
 
