@@ -144,7 +144,7 @@ class RecordWrites:
         self,
         records: Sequence[ChunkRecord],
         errors: list[RecordError],
-        indexed: set[str] | None = None,
+        indexed: set[str],
     ) -> list[ChunkRecord]:
         """The records that equal what the layout holds for their ids now; `indexed`
         gets those of them the layout marks stored."""
@@ -193,7 +193,7 @@ class RecordWrites:
                 )
             else:
                 ok.append(rec)
-                if indexed is not None and row.indexed:
+                if row.indexed:
                     indexed.add(rec.chunk_id)
         return ok
 
