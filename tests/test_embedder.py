@@ -351,14 +351,15 @@ def test_unusable_onnx_falls_back_to_torch_with_a_warning(
 def test_a_served_models_tokens_are_counted_like_the_local_ones(embedder: Embedder) -> None:
     """The tokenizer.json of a model served elsewhere counts as the local tokenizer does:
     its exporter's truncation (128) and padding are off (they split every chunk)."""
-    from memsvc.embedding.tokens import TokenCounter, estimate_tokens
+    from memsvc.embedding.tokens import RemoteTokenizer, estimate_tokens
 
     texts = [*EN_TURNS, *ZH_TURNS, "word " * 600, "1, 2, 3!!! ok?"]
-    exact = TokenCounter.load(str(bundled_model_path()))
+    exact = RemoteTokenizer.load(str(bundled_model_path()))
     assert exact.count(texts) == embedder.count_tokens(texts)
     # Without a tokenizer the estimate errs high, never low, on text like the service's.
-    assert TokenCounter().count(texts) == [estimate_tokens(t) for t in texts]
-    assert all(e >= n for e, n in zip(TokenCounter().count(texts), exact.count(texts), strict=True))
+    estimated = RemoteTokenizer().count(texts)
+    assert estimated == [estimate_tokens(t) for t in texts]
+    assert all(e >= n for e, n in zip(estimated, exact.count(texts), strict=True))
 
 
 def test_a_failing_local_model_is_down_until_it_answers_again(embedder: Embedder) -> None:

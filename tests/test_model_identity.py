@@ -23,7 +23,7 @@ from memsvc.domain.model_identity import (
     mismatch,
 )
 from memsvc.embedding.remote import RemoteConfig, RemoteEmbedder, _retry_after
-from memsvc.embedding.tokens import TokenCounter
+from memsvc.embedding.tokens import RemoteTokenizer
 
 
 def vectors(seed: int, n: int = 3, dim: int = 16) -> list[list[float]]:
@@ -65,7 +65,7 @@ def test_mismatch_names_what_differs() -> None:
 def test_passages_go_out_in_batches_by_count_and_by_tokens() -> None:
     client = RemoteEmbedder(
         RemoteConfig("http://127.0.0.1:9", "m", batch_size=4, batch_tokens=30, max_tokens=20),
-        TokenCounter(),
+        RemoteTokenizer(),
         16,
     )
     try:
@@ -118,7 +118,7 @@ def test_an_answer_whose_indexes_are_not_each_text_once_is_refused(indexes: list
     threading.Thread(target=server.serve_forever, daemon=True).start()
     client = RemoteEmbedder(
         RemoteConfig(f"http://127.0.0.1:{server.server_port}/v1", "m", max_retries=0),
-        TokenCounter(),
+        RemoteTokenizer(),
         16,
     )
     try:
@@ -135,7 +135,7 @@ def test_an_answer_in_another_order_is_put_back_in_request_order() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     client = RemoteEmbedder(
         RemoteConfig(f"http://127.0.0.1:{server.server_port}/v1", "m", max_retries=0),
-        TokenCounter(),
+        RemoteTokenizer(),
         16,
     )
     try:

@@ -21,7 +21,7 @@ from memsvc.domain.prefix import KeywordExtractor
 from memsvc.domain.rendering import ChunkRenderer
 from memsvc.embedding.e5.embedder import E5Embedder
 from memsvc.embedding.model import Embedder
-from memsvc.embedding.tokens import TokenCounter
+from memsvc.embedding.tokens import RemoteTokenizer
 from memsvc.observability import metrics
 from memsvc.ports import PortableTokenCounts
 from memsvc.services import render_processes
@@ -74,7 +74,7 @@ class _Estimated:
     """The remote embedder's counter without a tokenizer file (memsvc.embedding.tokens)."""
 
     def __init__(self) -> None:
-        self.tokens = TokenCounter()
+        self.tokens = RemoteTokenizer()
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return self.tokens.count(texts)
@@ -112,7 +112,7 @@ def test_render_processes_lay_out_what_this_process_lays_out(
 
 
 def test_a_killed_render_process_loses_no_layout() -> None:
-    counter = TokenCounter()
+    counter = RemoteTokenizer()
     renderer = ChunkRenderer(KeywordExtractor(), counter.count, POLICY)
     here = InProcess(renderer)
     there = RenderProcesses(renderer, counter.count, 1)

@@ -83,7 +83,7 @@ def fingerprinted(embedder: Embedder) -> ModelIdentity:
 def _remote(settings: Settings) -> Embedder:
     from memsvc.embedding.loading import query_instruction
     from memsvc.embedding.remote import RemoteConfig, RemoteEmbedder, headers
-    from memsvc.embedding.tokens import TokenCounter
+    from memsvc.embedding.tokens import RemoteTokenizer
 
     key = ""
     if settings.embed_api_key_file is not None:
@@ -110,7 +110,7 @@ def _remote(settings: Settings) -> Embedder:
         or "",
         input_type=settings.embed_input_type,
     )
-    tokens = TokenCounter.load(settings.embed_tokenizer)
+    tokens = RemoteTokenizer.load(settings.embed_tokenizer)
     # The dimension: as configured, else what the server answers for one probe.
     dim = settings.embed_dimensions or _wait_for_dimension(settings, headers(key))
     embedder = RemoteEmbedder(config, tokens, dim)

@@ -35,7 +35,7 @@ from memsvc.domain import chunking, deadline
 from memsvc.domain.errors import EmbedderError, EmbedderUnavailable
 from memsvc.domain.model_identity import PROBE_TEXTS, ModelIdentity
 from memsvc.domain.records import ModelInfo
-from memsvc.embedding.tokens import TokenCounter
+from memsvc.embedding.tokens import RemoteTokenizer
 from memsvc.observability import metrics
 
 log = structlog.get_logger(__name__)
@@ -131,7 +131,7 @@ class RemoteEmbedder:
     def __init__(
         self,
         config: RemoteConfig,
-        tokens: TokenCounter,
+        tokens: RemoteTokenizer,
         dim: int,
         transport: httpx.BaseTransport | None = None,
     ) -> None:

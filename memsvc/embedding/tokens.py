@@ -13,7 +13,10 @@ from typing import Any
 ESTIMATE_ID = "estimate-v1"
 
 
-class TokenCounter:
+class RemoteTokenizer:
+    """A remote model's token counts (`count`), or their estimate; its bound `count` is the
+    domain's TokenCounter (memsvc.domain.chunking)."""
+
     def __init__(self, tokenizer: Any = None, source: str = "") -> None:
         if tokenizer is not None:
             # tokenizer.json files often carry the exporter's truncation and padding: a
@@ -26,18 +29,18 @@ class TokenCounter:
         self.special_tokens = 2
 
     @staticmethod
-    def load(source: str) -> TokenCounter:
+    def load(source: str) -> RemoteTokenizer:
         """`source`: a tokenizer.json, a directory holding one, or empty for the estimate."""
         if not source:
-            return TokenCounter()
+            return RemoteTokenizer()
         from tokenizers import Tokenizer
 
         path = Path(source).expanduser()
         if path.is_dir():
             path = path / "tokenizer.json"
         if path.is_file():
-            return TokenCounter(Tokenizer.from_file(str(path)), source)
-        return TokenCounter(Tokenizer.from_pretrained(source), source)
+            return RemoteTokenizer(Tokenizer.from_file(str(path)), source)
+        return RemoteTokenizer(Tokenizer.from_pretrained(source), source)
 
     def count(self, texts: Sequence[str]) -> list[int]:
         if self._tokenizer is None:
