@@ -130,6 +130,28 @@ def test_standing_instructions_come_beside_the_hits(services: Services) -> None:
     assert all(h.score >= 0.25 for h in unrelated.standing)
 
 
+def test_a_small_budget_keeps_most_of_its_turns_for_the_hits(services: Services) -> None:
+    # Three rules applied to a query took 3 of a 5-turn budget, leaving 2 turns of hits:
+    # on BEAM dev (e5) the main questions found 0.428 within 5 turns, one vector per turn
+    # 0.531. A rule now takes at most one turn in five of a budget.
+    rules = [
+        "Always include version numbers when I ask about Python libraries.",
+        "Always mention the license of any Python library you suggest.",
+        "Never suggest Python libraries that are no longer maintained.",
+    ]
+    texts = [t for rule in rules for t in (rule, "Noted, I will.")] + [
+        f"Let's talk about day {i} of the hiking trip and the weather." for i in range(20)
+    ]
+    services.ingest.upsert(services.ingest.build(conversation("sb", texts)).chunks)
+
+    def standing(budget: int) -> int:
+        query = "Which Python library should I use to parse dates?"
+        request = SearchRequest(query, 0, SearchFilters(("sb",)), turn_budget=budget)
+        return len(services.search.search(request).standing)
+
+    assert [standing(b) for b in (0, 5, 9, 10, 20)] == [3, 1, 1, 2, 3]
+
+
 def test_a_search_asks_the_store_for_rules_only_where_the_log_holds_some(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,6 +17,10 @@ from memsvc.services.selection import Coverage, HitSelector, span_of
 # one needs (unrelated texts score ~0.0-0.15 with MiniLM or bge-small).
 STANDING_TOP_K = 3
 STANDING_MIN_SCORE = 0.25
+# Under a turn budget, one standing instruction per this many of its turns (one at least):
+# three rules took 3 of a 5-turn budget's turns, and BEAM dev's main questions found 0.428
+# within 5 turns against one vector per turn's 0.531 (0.532 since; benchmarks/archive).
+BUDGET_TURNS_PER_RULE = 5
 # A search naming no conversation looks for standing instructions in the conversations
 # holding some when they are at most this many (their ids in one filter), else everywhere.
 STANDING_NARROWED_AT_MOST = 100
@@ -50,9 +54,12 @@ class StandingRules:
         near = {c.chunk_id: c for c in rules if c.stored and c.score >= STANDING_MIN_SCORE}
         live = self.selector.verified({cid: c.stored for cid, c in near.items() if c.stored}, audit)
         given: dict[str, Hit] = {}
+        most = STANDING_TOP_K
+        if coverage.budget:  # a small budget keeps most of its turns for the hits
+            most = min(most, max(1, coverage.budget // BUDGET_TURNS_PER_RULE))
         for cid, c in near.items():
             stored = live.get(cid)
-            if stored is None or len(given) >= STANDING_TOP_K:
+            if stored is None or len(given) >= most:
                 continue
             new = coverage.new_turns(span_of(stored))
             if not new or not coverage.fits(new):
